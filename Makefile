@@ -1,0 +1,45 @@
+# Every target installs what it needs into a local virtual environment first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# Oversubscribe freely: MPI tests run 3 ranks on a 2-core CI machine.
+MPIEXEC := $(BIN)/mpiexec
+export NUMBA_THREADING_LAYER ?= workqueue
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: install run test test-serial test-mpi bench validate lint clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[mpi,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/cmc run examples/plummer_small.ini -o runs/plummer_small
+	$(BIN)/cmc plot runs/plummer_small
+
+test: test-serial test-mpi
+
+test-serial: install
+	$(PY) -m pytest -q tests --ignore=tests/mpi
+
+test-mpi: install
+	$(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider tests/mpi
+	$(MPIEXEC) -n 3 $(PY) -m pytest -q -p no:cacheprovider tests/mpi
+
+bench: install
+	$(PY) bench/run_bench.py
+
+validate: install
+	$(PY) bench/validate.py
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,243 @@
+"""Run parameters: typed, validated dataclasses read from an INI file.
+
+Every parameter is declared once here (type, default, unit, meaning, allowed range); the INI
+reader, ``--set`` overrides, ``cmc params`` and docs/parameters.md all come from these
+declarations.  An unknown section or key, or a value of the wrong type or out of range, raises
+:class:`ConfigError` naming ``section.key``.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import io
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad parameter: the message names the key."""
+
+
+def _p(default: Any, unit: str, doc: str, lo: float | None = None, hi: float | None = None,
+       choices: tuple[str, ...] | None = None, lo_open: bool = False):
+    """Declare a parameter with its unit, meaning and allowed range."""
+    meta = {"unit": unit, "doc": doc, "lo": lo, "hi": hi, "choices": choices,
+            "lo_open": lo_open}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class InitialConfig:
+    """[initial]: the initial cluster model."""
+
+    model: str = _p("plummer", "", "initial model: plummer, king, or file (an HDF5 snapshot)",
+                    choices=("plummer", "king", "file"))
+    n: int = _p(10000, "stars", "number of stars", lo=40)
+    seed: int = _p(1, "", "seed of the lfsr113 random streams (GSL taus113 seeding)", lo=0,
+                   hi=2**32 - 1)
+    w0: float = _p(6.0, "", "King model central potential W0", lo=1.0, hi=12.0)
+    r_max: float = _p(0.0, "r_vir", "outer cut-off radius of a Plummer model (0: none)", lo=0.0)
+    mass_function: str = _p("equal", "", "equal, power_law or kroupa",
+                            choices=("equal", "power_law", "kroupa"))
+    m_min: float = _p(0.1, "Msun", "lower mass limit of the mass function", lo=0.0,
+                      lo_open=True)
+    m_max: float = _p(100.0, "Msun", "upper mass limit of the mass function", lo=0.0,
+                      lo_open=True)
+    alpha: float = _p(2.35, "", "power-law slope dN/dm ~ m^-alpha", lo=0.0)
+    m_star: float = _p(0.5, "Msun", "mass of each star for equal masses (physical units only)",
+                       lo=0.0, lo_open=True)
+    file: str = _p("", "", "initial-conditions HDF5 file when model = file")
+
+
+@dataclass
+class RunConfig:
+    """[run]: the evolution and its stop conditions."""
+
+    theta_max: float = _p(1.0, "rad", "largest representative deflection per step", lo=0.0,
+                          hi=math.pi / 2, lo_open=True)
+    gamma: float = _p(0.1, "", "Coulomb logarithm ln(gamma N) factor", lo=0.0, hi=1.0,
+                      lo_open=True)
+    dt_growth_max: float = _p(2.0, "", "largest factor by which dt may grow per step", lo=1.0)
+    relaxation: bool = _p(True, "", "apply two-body relaxation (off: orbits only)")
+    t_max: float = _p(30.0, "t_rh0", "stop at this time (initial half-mass relaxation times)",
+                      lo=0.0, lo_open=True)
+    max_steps: int = _p(1000000, "", "stop after this many steps", lo=1)
+    max_wall_hours: float = _p(0.0, "h", "stop (with a checkpoint) after this wall time; 0: off",
+                               lo=0.0)
+    n_core_stop: float = _p(100.0, "stars", "core collapse: stop when N_core falls below this; "
+                            "0: off", lo=0.0)
+    rc_stop_fraction: float = _p(0.0, "r_c0", "stop when r_c < this * initial r_c; 0: off",
+                                 lo=0.0, hi=1.0)
+    energy_error_max: float = _p(0.05, "", "stop when |E - E0|/|E0| exceeds this", lo=0.0,
+                                 lo_open=True)
+    r_tidal: float = _p(0.0, "r_vir", "tidal radius: apocentres beyond it escape; 0: isolated"
+                        " (king: use the model's tidal radius when -1)", lo=-1.0)
+    emulate_ranks: int = _p(0, "ranks", "serial run that reproduces the random streams of a "
+                            "P-rank MPI run (0: off)", lo=0)
+    threads: int = _p(0, "", "numba threads per process (0: cores / MPI ranks)", lo=0)
+    sample_size: int = _p(0, "", "Sample Sort samples per rank (0: automatic)", lo=0)
+
+
+@dataclass
+class OutputConfig:
+    """[output]: what is written and how often."""
+
+    snapshot_every: int = _p(0, "steps", "write a snapshot of all stars every so many steps"
+                             " (0: only at start and end)", lo=0)
+    checkpoint_every: int = _p(200, "steps", "write the checkpoint every so many steps", lo=1)
+    checkpoint_minutes: float = _p(10.0, "min", "also write it after this much wall time",
+                                   lo=0.0)
+    diagnostics_every: int = _p(50, "steps", "flush diagnostics.h5 every so many steps", lo=1)
+    progress_every: int = _p(50, "steps", "progress line in the log every so many steps",
+                             lo=1)
+    lagrange_fractions: list = _p([0.001, 0.01, 0.1, 0.5, 0.9], "",
+                                  "mass fractions of the Lagrange radii")
+
+
+@dataclass
+class Config:
+    """The whole parameter set of a run."""
+
+    initial: InitialConfig = field(default_factory=InitialConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    SECTIONS = ("initial", "run", "output")
+
+    def to_ini(self) -> str:
+        """The parameters as INI text (round-trips through :func:`load_config`)."""
+        cp = configparser.ConfigParser()
+        for sec in self.SECTIONS:
+            obj = getattr(self, sec)
+            cp[sec] = {f.name: _format(getattr(obj, f.name)) for f in fields(obj)}
+        buf = io.StringIO()
+        cp.write(buf)
+        return buf.getvalue()
+
+    def set(self, dotted: str, value: str) -> None:
+        """Set ``section.key`` from its text value, validated."""
+        if "." not in dotted:
+            raise ConfigError(f"{dotted}: expected section.key=value")
+        sec, key = dotted.split(".", 1)
+        if sec not in self.SECTIONS:
+            raise ConfigError(f"{dotted}: unknown section [{sec}] "
+                              f"(known: {', '.join(self.SECTIONS)})")
+        obj = getattr(self, sec)
+        fmap = {f.name: f for f in fields(obj)}
+        if key not in fmap:
+            raise ConfigError(f"{sec}.{key}: unknown parameter (known: {', '.join(fmap)})")
+        setattr(obj, key, _parse(f"{sec}.{key}", fmap[key], value))
+
+    def validate(self) -> None:
+        """Check cross-parameter constraints."""
+        ini = self.initial
+        if ini.mass_function != "equal" and ini.m_min >= ini.m_max:
+            raise ConfigError("initial.m_min: must be below initial.m_max")
+        if ini.model == "file" and not ini.file:
+            raise ConfigError("initial.file: required when initial.model = file")
+        for x in self.output.lagrange_fractions:
+            if not 0.0 < x < 1.0:
+                raise ConfigError(f"output.lagrange_fractions: {x} is not in (0, 1)")
+        if not self.output.lagrange_fractions:
+            raise ConfigError("output.lagrange_fractions: needs at least one fraction")
+        if self.run.r_tidal == -1.0 and ini.model != "king":
+            raise ConfigError("run.r_tidal: -1 (the model's tidal radius) needs model = king")
+        if -1.0 < self.run.r_tidal < 0.0:
+            raise ConfigError("run.r_tidal: must be -1, 0 or positive")
+
+
+def _format(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ", ".join(repr(x) for x in v)
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _parse(key: str, f: dataclasses.Field, text: str) -> Any:
+    t = f.type if isinstance(f.type, str) else f.type.__name__
+    text = text.strip()
+    meta = f.metadata
+    try:
+        if t == "bool":
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if t == "int":
+            fv = float(text)
+            if not fv.is_integer():
+                raise ValueError
+            val: Any = int(fv)
+        elif t == "float":
+            val = float(text)
+            if not math.isfinite(val):
+                raise ValueError
+        elif t == "list":
+            val = [float(x) for x in text.replace(",", " ").split()]
+        else:
+            val = text
+    except ValueError:
+        raise ConfigError(f"{key}: {text!r} is not a valid {t}") from None
+    if meta.get("choices") and val not in meta["choices"]:
+        raise ConfigError(f"{key}: {text!r} is not one of {', '.join(meta['choices'])}")
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if isinstance(val, int | float) and not isinstance(val, bool):
+        if lo is not None and (val < lo or (meta.get("lo_open") and val == lo)):
+            rel = ">" if meta.get("lo_open") else ">="
+            raise ConfigError(f"{key}: {text} out of range (must be {rel} {lo})")
+        if hi is not None and val > hi:
+            raise ConfigError(f"{key}: {text} out of range (must be <= {hi})")
+    return val
+
+
+def load_config(path: str | None = None, overrides: list[str] | None = None,
+                text: str | None = None) -> Config:
+    """Read an INI file (or text), apply ``section.key=value`` overrides, validate.
+
+    Raises
+    ------
+    ConfigError
+        Naming the offending ``section.key``.
+    """
+    cfg = Config()
+    cp = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    try:
+        if text is not None:
+            cp.read_string(text)
+        elif path is not None:
+            with open(path) as fh:
+                cp.read_file(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read parameter file {path}: {exc.strerror}") from None
+    except configparser.Error as exc:
+        raise ConfigError(f"parameter file {path}: {exc.message.splitlines()[0]}") from None
+    for sec in cp.sections():
+        for key, value in cp[sec].items():
+            cfg.set(f"{sec}.{key}", value)
+    for ov in overrides or []:
+        if "=" not in ov:
+            raise ConfigError(f"{ov}: expected section.key=value")
+        k, v = ov.split("=", 1)
+        cfg.set(k.strip(), v)
+    cfg.validate()
+    return cfg
+
+
+def parameter_table() -> str:
+    """Markdown table of every parameter (the one place where they are documented)."""
+    lines = ["| parameter | default | unit | meaning |", "|---|---|---|---|"]
+    for sec in Config.SECTIONS:
+        obj = getattr(Config(), sec)
+        for f in fields(obj):
+            lines.append(f"| `{sec}.{f.name}` | `{_format(getattr(obj, f.name))}` | "
+                         f"{f.metadata['unit']} | {f.metadata['doc']} |")
+    return "\n".join(lines)

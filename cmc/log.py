@@ -1,0 +1,44 @@
+"""Rank-aware logging: every line carries the MPI rank; only rank 0 logs INFO by default."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+_FMT = "%(asctime)s [rank %(rank)d] %(levelname)s %(name)s: %(message)s"
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self, rank: int):
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True
+
+
+def setup_logging(rank: int = 0, logfile: str | None = None, level: int = logging.INFO,
+                  all_ranks: bool = False) -> None:
+    """Configure the ``cmc`` logger for this process.
+
+    Rank 0 logs at ``level``; other ranks log warnings and errors only (unless
+    ``all_ranks``).  A log file, when given, is appended to by rank 0.
+    """
+    logger = logging.getLogger("cmc")
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    logger.setLevel(level if (rank == 0 or all_ranks) else logging.WARNING)
+    logger.propagate = False
+    flt = _RankFilter(rank)
+    fmt = logging.Formatter(_FMT, datefmt="%H:%M:%S")
+    sh = logging.StreamHandler(sys.stderr)
+    sh.setFormatter(fmt)
+    sh.addFilter(flt)
+    logger.addHandler(sh)
+    if logfile and rank == 0:
+        fh = logging.FileHandler(logfile, mode="a")
+        fh.setFormatter(fmt)
+        fh.addFilter(flt)
+        logger.addHandler(fh)

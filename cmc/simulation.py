@@ -1,0 +1,475 @@
+"""The Hénon Monte Carlo step loop (serial and MPI through one communicator).
+
+Each rank owns whole 20-star blocks of the global radial order (see
+:mod:`parallel.decomposition`) and holds replicated copies of every star's radius and mass,
+from which it computes the potential itself.  One step:
+
+1. potential from the replicated sorted radii and masses;
+2. shared time step: minimum over 20-star bins (one Allreduce);
+3. relaxation of radial-neighbour pairs;
+4. new orbits (turning points, rejection sampling), escapers removed;
+5. parallel sort (Sample Sort + Exscan redistribution to the block layout), Allgatherv of
+   radii and masses, new potential;
+6. energy correction (Stodolkiewicz) with any deficit taken from the other stars;
+7. diagnostics (one packed Allreduce).
+
+Random numbers: block ``j`` of rank ``k`` draws from sub-stream ``j`` of stream ``k``.  A
+serial run with ``run.emulate_ranks = P`` maps every global block to the (stream, sub-stream)
+that its owner rank would use in a P-rank run, so it reproduces that run bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from cmc import io as cio
+from cmc.config import Config, load_config
+from cmc.fields import SAVED_FIELDS
+from cmc.stars import StarTable
+from parallel.comm import allgatherv_array, allreduce_max, allreduce_min, allreduce_sum
+from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
+from parallel.sample_sort import parallel_sort
+from parallel.streams import Streams
+from physics.energy import block_sums, correct_velocities
+from physics.orbits import ORBIT_OK, new_orbits
+from physics.potential import compute_potential, potential_energy
+from physics.relaxation import bin_relaxation_times, relax_pairs
+from physics.structure import core_properties, lagrange_radii
+
+log = logging.getLogger("cmc.simulation")
+
+#: Stream index reserved for sampling initial conditions (far from any rank's stream).
+IC_STREAM = 2**30
+PARTS = ("potential", "timestep", "relaxation", "orbits", "sort", "energy", "diagnostics")
+
+DIAG_UNITS = {
+    "time": "t_rel = t_NB N0/ln(gamma N0)", "time_nb": "t_NB", "time_trh": "t_rh0",
+    "dt": "t_rel", "M": "M0", "K": "E_NB", "W": "E_NB", "E_bound": "E_NB",
+    "E_escaped": "E_NB", "E_tot": "E_NB", "M_escaped": "M0", "r_h": "r_vir",
+    "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir",
+}
+
+
+@dataclass
+class RunState:
+    """Scalars of a run, saved in every checkpoint."""
+
+    n0: int
+    e0: float
+    t_rh0: float
+    r_c0: float
+    lnl0: float
+    gamma: float
+    step: int = 0
+    time: float = 0.0
+    dt_prev: float = 0.0
+    e_escaped: float = 0.0
+    m_escaped: float = 0.0
+    n_escaped: int = 0
+    e_deficit: float = 0.0
+    wall_seconds: float = 0.0
+    emulated_ranks: int = 1
+    stop_reason: str = ""
+
+
+class StopRun(Exception):
+    """Raised by the step loop when a stop condition holds."""
+
+
+class Simulation:
+    """One Monte Carlo run on a communicator (an mpi4py communicator or SerialComm)."""
+
+    def __init__(self, cfg: Config, comm, stars: StarTable, state: RunState, streams: Streams,
+                 outdir: str | Path | None = None, history: dict[str, list] | None = None):
+        self.cfg = cfg
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.stars = stars
+        self.state = state
+        self.streams = streams
+        self.outdir = Path(outdir) if outdir is not None else None
+        self.history: dict[str, list] = history if history is not None else {}
+        self.timers = dict.fromkeys(PARTS, 0.0)
+        self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=float)
+        self._signal = 0
+        self._wall_start = time.monotonic()
+        self._wall_at_start = state.wall_seconds
+        self._last_checkpoint = time.monotonic()
+        if self.size > 1 and cfg.run.emulate_ranks not in (0, self.size):
+            raise ValueError("run.emulate_ranks: only for serial runs (or equal to the number "
+                             f"of MPI ranks, {self.size})")
+        self.n_emul = self.size if self.size > 1 else max(1, cfg.run.emulate_ranks)
+        self.sync_replicated()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def create(cls, cfg: Config, comm, outdir: str | Path | None = None) -> Simulation:
+        """New run from the initial model of ``cfg`` (built on rank 0, then distributed)."""
+        from cmc.initial import build_initial_stars
+
+        n_emul = comm.Get_size() if comm.Get_size() > 1 else max(1, cfg.run.emulate_ranks)
+        glob = None
+        info: dict = {}
+        if comm.Get_rank() == 0:
+            glob, info = build_initial_stars(cfg)
+        info = comm.bcast(info, root=0)
+        local = scatter_global(comm, glob)
+        n0 = int(info["n"])
+        counts = block_counts(n0, n_emul)
+        nsub = max(1, int(math.ceil(counts.max() / MIN_CHUNK)))
+        if comm.Get_size() > 1:
+            streams = Streams.create(cfg.initial.seed, 1, nsub, first_stream=comm.Get_rank())
+        else:
+            streams = Streams.create(cfg.initial.seed, n_emul, nsub, first_stream=0)
+        lnl0 = math.log(cfg.run.gamma * n0)
+        state = RunState(n0=n0, e0=0.0, t_rh0=0.0, r_c0=0.0, lnl0=lnl0, gamma=cfg.run.gamma,
+                         emulated_ranks=n_emul)
+        sim = cls(cfg, comm, StarTable(local), state, streams, outdir)
+        if cfg.run.r_tidal == -1.0:
+            cfg.run.r_tidal = float(info["r_tidal"])
+        d = sim.diagnostics(record=False)
+        state.e0 = d["E_tot"]
+        state.t_rh0 = 0.138 * d["r_h"] ** 1.5 / math.sqrt(d["M"])
+        state.r_c0 = d["r_c"]
+        sim.diagnostics(record=True)
+        return sim
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, comm, overrides: list[str] | None = None,
+                        outdir: str | Path | None = None) -> Simulation:
+        """Continue a run from its checkpoint (same number of ranks, or same emulation)."""
+        import h5py
+
+        glob = None
+        meta = None
+        if comm.Get_rank() == 0:
+            stars, st, history, cfg_text = cio.read_checkpoint(path)
+            with h5py.File(path, "r") as fh:
+                table = Streams.read_hdf5(fh["streams"])
+            glob = stars
+            meta = (st, history, cfg_text, table.seed, table.states)
+        st, history, cfg_text, seed, table = comm.bcast(meta, root=0)
+        cfg = load_config(text=cfg_text, overrides=overrides)
+        state = RunState(**{f.name: st[f.name] for f in fields(RunState)})
+        state.stop_reason = ""
+        size = comm.Get_size()
+        if size > 1 and state.emulated_ranks != size:
+            raise ValueError(f"checkpoint {path} was written with {state.emulated_ranks} "
+                             f"stream(s); restart it with mpiexec -n {state.emulated_ranks}")
+        if size == 1:
+            cfg.run.emulate_ranks = state.emulated_ranks if state.emulated_ranks > 1 else 0
+            streams = Streams(seed, 0, table)
+        else:
+            streams = Streams(seed, comm.Get_rank(), table[comm.Get_rank():comm.Get_rank() + 1])
+        local = scatter_global(comm, glob)
+        return cls(cfg, comm, StarTable(local), state, streams, outdir, history)
+
+    # ------------------------------------------------------------------ replicated data
+    def sync_replicated(self) -> None:
+        """Allgather radii and masses (global order) and recompute the potential."""
+        self.r_all = allgatherv_array(self.comm, self.stars.r)
+        self.m_all = allgatherv_array(self.comm, self.stars.m)
+        self.n_total = self.r_all.size
+        counts = block_counts(self.n_total, self.size)
+        self.offset = int(counts[: self.rank].sum())
+        if counts[self.rank] != self.stars.n:
+            raise RuntimeError(f"rank {self.rank} holds {self.stars.n} stars, the block "
+                               f"layout needs {counts[self.rank]}")
+        self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
+
+    def _stream_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """(stream row, sub-stream) of each local block."""
+        nb = (self.stars.n + MIN_CHUNK - 1) // MIN_CHUNK
+        if self.size > 1 or self.n_emul == 1:
+            return np.zeros(nb, dtype=np.intp), np.arange(nb, dtype=np.intp)
+        lay = block_layout(self.n_total, self.n_emul)
+        return lay.owner.astype(np.intp), lay.local_block.astype(np.intp)
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> dict:
+        """Advance the cluster by one shared time step; returns the step's diagnostics."""
+        cfg = self.cfg.run
+        st = self.state
+        stars = self.stars
+        t0 = time.perf_counter()
+        n = stars.n
+        # 1. the potential is current (computed after the last sort)
+        t1 = time.perf_counter()
+        self.timers["potential"] += t1 - t0
+        # 2. shared time step
+        lnl = math.log(st.gamma * self.n_total) if st.gamma * self.n_total > 1 else 1e-300
+        coulomb_ratio = max(lnl, 1e-300) / st.lnl0
+        tb = bin_relaxation_times(stars.r, stars.m, stars.vr, stars.vt, float(st.n0),
+                                  coulomb_ratio)
+        tmin = float(allreduce_min(self.comm, np.array([tb.min() if tb.size else np.inf]))[0])
+        dt = (2.0 * cfg.theta_max / math.pi) ** 2 * tmin
+        if st.dt_prev > 0.0:
+            dt = min(dt, cfg.dt_growth_max * st.dt_prev)
+        if not math.isfinite(dt) or dt <= 0.0:
+            raise StopRun("time step is not finite (too few stars?)")
+        t2 = time.perf_counter()
+        self.timers["timestep"] += t2 - t1
+        # 3. relaxation
+        rows, subs = self._stream_index()
+        need = int(subs.max()) + 1 if subs.size else 0
+        if need > self.streams.n_substreams:
+            self.streams.ensure_substreams(need)
+        states = np.ascontiguousarray(self.streams.states[rows, subs])
+        nb = states.shape[0]
+        beta_stats = np.zeros((nb, 2))
+        if cfg.relaxation:
+            relax_pairs(self.r_all, self.offset, stars.m, stars.vr, stars.vt, states, dt,
+                        float(st.n0), coulomb_ratio, beta_stats)
+        t3 = time.perf_counter()
+        self.timers["relaxation"] += t3 - t2
+        # 4. new orbits
+        r_new = np.empty(n)
+        vr_new = stars.vr.copy()
+        vt_new = stars.vt.copy()
+        phi_oo = np.empty(n)
+        phi_on = np.empty(n)
+        status = np.zeros(n, dtype=np.int8)
+        counters = np.zeros((nb, 2))
+        new_orbits(self.r_all, self.phi_all, self.mcum_all, self.offset, stars.m, stars.vr,
+                   stars.vt, states, float(cfg.r_tidal), r_new, vr_new, vt_new, phi_oo, phi_on,
+                   status, counters)
+        self.streams.states[rows, subs] = states
+        esc = status != ORBIT_OK
+        e_esc = float(np.sum(stars.m[esc] * (phi_oo[esc] + 0.5 * (stars.vr[esc] ** 2
+                                                                   + stars.vt[esc] ** 2))))
+        m_esc = float(np.sum(stars.m[esc]))
+        n_esc = int(np.count_nonzero(esc))
+        stars.r_old = stars.r
+        stars.phi_oo = phi_oo
+        stars.phi_on = phi_on
+        stars.r = r_new
+        stars.vr = vr_new
+        stars.vt = vt_new
+        if n_esc:
+            stars = stars.take(~esc)
+        t4 = time.perf_counter()
+        self.timers["orbits"] += t4 - t3
+        # 5. sort, redistribute, synchronise replicated arrays, new potential
+        sorted_fields = parallel_sort(self.comm, stars.as_dict(), key="r", tiebreak="id",
+                                      sample_size=cfg.sample_size or None)
+        self.stars = stars = StarTable(sorted_fields)
+        self.sync_replicated()
+        t5 = time.perf_counter()
+        self.timers["sort"] += t5 - t4
+        # 6. energy correction
+        deficit = np.zeros(stars.n)
+        correct_velocities(self.r_all, self.phi_all, self.mcum_all, self.offset, stars.m,
+                           stars.r_old, stars.vr, stars.vt, stars.phi_oo, stars.phi_on, deficit)
+        d_total = float(allreduce_sum(self.comm, np.array([deficit.sum()]))[0])
+        if d_total > 0.0:
+            self._take_deficit(deficit)
+        t6 = time.perf_counter()
+        self.timers["energy"] += t6 - t5
+        # 7. bookkeeping and diagnostics
+        red = allreduce_sum(self.comm, np.array([e_esc, m_esc, n_esc, counters[:, 0].sum(),
+                                                 counters[:, 1].sum(), beta_stats[:, 0].sum(),
+                                                 beta_stats[:, 1].sum()]))
+        st.e_escaped += red[0]
+        st.m_escaped += red[1]
+        st.n_escaped += int(round(red[2]))
+        st.time += dt
+        st.dt_prev = dt
+        st.step += 1
+        extra = {"dt": dt, "trials_per_star": red[3] / max(self.n_total, 1),
+                 "bound_violations": red[4],
+                 "beta_mean": red[5] / max(self.n_total // 2, 1), "beta_capped": red[6],
+                 "n_escaped_step": red[2]}
+        d = self.diagnostics(record=True, extra=extra)
+        self.timers["diagnostics"] += time.perf_counter() - t6
+        return d
+
+    def _take_deficit(self, deficit: np.ndarray) -> None:
+        """Remove the energy that stars at rest could not take from the other stars.
+
+        Totals are sums of per-block partial sums gathered in global block order, so the
+        result does not depend on the number of ranks (reproducibility of serial emulation).
+        """
+        stars = self.stars
+        ke = 0.5 * stars.m * (stars.vr ** 2 + stars.vt ** 2)
+        d_tot = float(np.sum(allgatherv_array(self.comm, block_sums(deficit, MIN_CHUNK))))
+        k_tot = float(np.sum(allgatherv_array(self.comm, block_sums(ke, MIN_CHUNK))))
+        if k_tot <= d_tot:
+            raise StopRun("energy deficit exceeds the kinetic energy")
+        f = math.sqrt(1.0 - d_tot / k_tot)
+        stars.vr = stars.vr * f
+        stars.vt = stars.vt * f
+        self.state.e_deficit += d_tot
+        log.debug("energy deficit %.3e taken from all stars", d_tot)
+
+    # ------------------------------------------------------------------ diagnostics
+    def diagnostics(self, record: bool = True, extra: dict | None = None) -> dict:
+        """Energies, radii and core quantities now; appended to the history if ``record``."""
+        st = self.state
+        s = self.stars
+        ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
+        k = float(allreduce_sum(self.comm, np.array([ke_local]))[0])
+        w = potential_energy(self.r_all, self.m_all, self.phi_all)
+        mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
+        lr = lagrange_radii(self.r_all, self.m_all, self.fractions)
+        r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]))[0])
+        r_c, rho_c, n_core = core_properties(self.r_all, self.m_all, r_h)
+        e_tot = k + w + st.e_escaped
+        unit_nb = st.n0 / st.lnl0
+        d = {
+            "step": st.step, "time": st.time, "time_nb": st.time * unit_nb,
+            "time_trh": st.time / st.t_rh0 if st.t_rh0 > 0 else 0.0,
+            "N": self.n_total, "M": mtot, "K": k, "W": w, "E_bound": k + w,
+            "E_escaped": st.e_escaped, "E_tot": e_tot,
+            "dE_rel": (e_tot - st.e0) / abs(st.e0) if st.e0 else 0.0,
+            "M_escaped": st.m_escaped, "N_escaped": st.n_escaped,
+            "E_deficit": st.e_deficit, "r_h": r_h, "r_c": r_c, "rho_c": rho_c,
+            "N_core": n_core, "lagrange_radii": lr,
+            "virial_ratio": 2.0 * k / abs(w) if w else 0.0,
+        }
+        base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
+                "beta_capped": 0.0, "n_escaped_step": 0.0}
+        base.update(extra or {})
+        d.update(base)
+        if record:
+            for key, v in d.items():
+                self.history.setdefault(key, []).append(v)
+        return d
+
+    # ------------------------------------------------------------------ output
+    def gather_stars(self) -> dict[str, np.ndarray] | None:
+        """All stars' saved fields in global order on rank 0 (None elsewhere)."""
+        parts = self.comm.gather(self.stars.saved_dict(), root=0)
+        if self.rank != 0:
+            return None
+        return {k: np.concatenate([p[k] for p in parts]) for k in SAVED_FIELDS}
+
+    def _attrs(self) -> dict:
+        st = self.state
+        return {"step": st.step, "time": st.time, "time_trh": st.time / st.t_rh0,
+                "n_ranks": self.size, "emulated_ranks": self.n_emul,
+                "time_unit": DIAG_UNITS["time"]}
+
+    def write_snapshot(self) -> None:
+        """Write ``snapshots/snap_STEP.h5`` (collective)."""
+        glob = self.gather_stars()
+        if self.rank == 0 and self.outdir is not None:
+            d = self.outdir / "snapshots"
+            d.mkdir(parents=True, exist_ok=True)
+            cio.write_snapshot(d / f"snap_{self.state.step:07d}.h5", glob, self._attrs())
+
+    def write_diagnostics(self) -> None:
+        """Rewrite ``diagnostics.h5`` from the in-memory history (rank 0, atomic)."""
+        if self.rank != 0 or self.outdir is None:
+            return
+        attrs = {"lagrange_fractions": self.fractions, "stop_reason": self.state.stop_reason,
+                 "t_rh0": self.state.t_rh0, "n0": self.state.n0, "e0": self.state.e0,
+                 "r_c0": self.state.r_c0, "time_unit": DIAG_UNITS["time"],
+                 "config": self.cfg.to_ini()}
+        cio.write_diagnostics(self.outdir / "diagnostics.h5", self.history, attrs, DIAG_UNITS)
+
+    def write_checkpoint(self) -> None:
+        """Write ``checkpoint.h5`` (collective): stars, run state, streams, history."""
+        self.state.wall_seconds = self._wall_at_start + time.monotonic() - self._wall_start
+        glob = self.gather_stars()
+        tables = self.comm.gather(self.streams.states, root=0)
+        if self.rank == 0 and self.outdir is not None:
+            full = Streams(self.streams.seed, 0, np.concatenate(tables, axis=0))
+            cio.write_checkpoint(self.outdir / "checkpoint.h5", glob, asdict(self.state),
+                                 self.history, full.write_hdf5, self.cfg.to_ini())
+        self._last_checkpoint = time.monotonic()
+
+    # ------------------------------------------------------------------ the loop
+    def _install_signal_handlers(self):
+        def handler(signum, frame):
+            self._signal = signum
+
+        old = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                old[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
+        return old
+
+    def _stop_reason(self, d: dict) -> str:
+        c = self.cfg.run
+        if c.n_core_stop > 0 and d["N_core"] < c.n_core_stop:
+            return "core_collapse_ncore"
+        if c.rc_stop_fraction > 0 and d["r_c"] < c.rc_stop_fraction * self.state.r_c0:
+            return "core_collapse_rc"
+        if d["time_trh"] >= c.t_max:
+            return "max_time"
+        if self.state.step >= c.max_steps:
+            return "max_steps"
+        if abs(d["dE_rel"]) > c.energy_error_max:
+            return "energy_error"
+        return ""
+
+    def run(self) -> str:
+        """Step until a stop condition; write outputs; return the stop reason."""
+        out = self.cfg.output
+        old = self._install_signal_handlers()
+        if self.outdir is not None and self.state.step == 0:
+            self.write_snapshot()
+        reason = ""
+        try:
+            while not reason:
+                try:
+                    d = self.step()
+                    reason = self._stop_reason(d)
+                except StopRun as exc:
+                    reason = f"error: {exc}"
+                    d = self.history and {k: v[-1] for k, v in self.history.items()} or {}
+                wall = time.monotonic() - self._wall_start
+                flags = allreduce_max(self.comm, np.array([
+                    float(self._signal),
+                    float(self.cfg.run.max_wall_hours > 0
+                          and self._wall_at_start + wall > 3600 * self.cfg.run.max_wall_hours),
+                    float(time.monotonic() - self._last_checkpoint
+                          > 60 * out.checkpoint_minutes > 0)]))
+                if not reason and flags[0]:
+                    reason = "signal"
+                if not reason and flags[1]:
+                    reason = "wall_clock"
+                step = self.state.step
+                if step % out.progress_every == 0 or reason:
+                    log.info("step %d t=%.4f t_rh0 dt=%.3e N=%d r_c=%.4g r_h=%.4g N_core=%.1f "
+                             "dE/E0=%.2e", step, d.get("time_trh", 0), d.get("dt", 0),
+                             d.get("N", 0), d.get("r_c", 0), d.get("r_h", 0),
+                             d.get("N_core", 0), d.get("dE_rel", 0))
+                if out.snapshot_every and step % out.snapshot_every == 0 and not reason:
+                    self.write_snapshot()
+                if step % out.diagnostics_every == 0 and not reason:
+                    self.write_diagnostics()
+                if (step % out.checkpoint_every == 0 or flags[2]) and not reason:
+                    self.write_checkpoint()
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+        self.state.stop_reason = reason
+        log.info("stopped after step %d: %s", self.state.step, reason)
+        self.write_checkpoint()
+        self.write_snapshot()
+        self.write_diagnostics()
+        return reason
+
+
+def scatter_global(comm, glob: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Split global-order star arrays held by rank 0 into the block layout of ``comm``."""
+    size = comm.Get_size()
+    if size == 1:
+        return glob
+    parts = None
+    if comm.Get_rank() == 0:
+        counts = block_counts(len(glob["r"]), size)
+        edges = np.concatenate([[0], np.cumsum(counts)])
+        parts = [{k: v[edges[i]:edges[i + 1]] for k, v in glob.items()} for i in range(size)]
+    return comm.scatter(parts, root=0)

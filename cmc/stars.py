@@ -1,0 +1,81 @@
+"""Structure-of-arrays star container driven by :mod:`cmc.fields`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from cmc.fields import FIELD_BY_NAME, SAVED_FIELDS, STAR_FIELDS
+
+
+class StarTable:
+    """Local stars as one contiguous numpy array per field.
+
+    Attributes are the field names of :data:`cmc.fields.STAR_FIELDS` (``stars.r`` etc.).
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, np.ndarray]):
+        n = None
+        clean: dict[str, np.ndarray] = {}
+        for f in STAR_FIELDS:
+            if f.name in data:
+                arr = np.ascontiguousarray(data[f.name], dtype=f.dtype)
+            else:
+                if n is None:
+                    n = len(next(iter(data.values()))) if data else 0
+                arr = np.full(n, f.default, dtype=f.dtype)
+            if arr.ndim != 1:
+                raise ValueError(f"star field {f.name!r} must be one-dimensional")
+            clean[f.name] = arr
+        lengths = {len(a) for a in clean.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"star fields have different lengths: {sorted(lengths)}")
+        unknown = set(data) - set(FIELD_BY_NAME)
+        if unknown:
+            raise ValueError(f"unknown star fields: {sorted(unknown)}")
+        object.__setattr__(self, "_data", clean)
+
+    @classmethod
+    def empty(cls, n: int) -> StarTable:
+        """Table of ``n`` stars with every field at its default."""
+        return cls({f.name: np.full(n, f.default, dtype=f.dtype) for f in STAR_FIELDS})
+
+    def __len__(self) -> int:
+        return len(self._data["id"])
+
+    @property
+    def n(self) -> int:
+        """Number of stars."""
+        return len(self)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value) -> None:
+        if name not in self._data:
+            raise AttributeError(f"no star field {name!r}")
+        arr = np.ascontiguousarray(value, dtype=FIELD_BY_NAME[name].dtype)
+        if arr.shape != (len(self),):
+            raise ValueError(f"field {name!r} needs shape ({len(self)},), got {arr.shape}")
+        self._data[name] = arr
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The field arrays (not copies)."""
+        return self._data
+
+    def saved_dict(self) -> dict[str, np.ndarray]:
+        """The fields written to snapshots and checkpoints."""
+        return {k: self._data[k] for k in SAVED_FIELDS}
+
+    def take(self, index: np.ndarray) -> StarTable:
+        """New table with the selected stars (boolean mask or integer index)."""
+        return StarTable({k: v[index] for k, v in self._data.items()})

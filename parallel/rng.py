@@ -1,0 +1,806 @@
+"""L'Ecuyer's combined Tausworthe generator lfsr113 (GSL ``taus113``) with jump-ahead.
+
+The generator
+-------------
+lfsr113 (L'Ecuyer 1999, *Math. Comp.* 68, 261) combines four Tausworthe
+components with parameters ``(k, q, s)`` = (31, 6, 18), (29, 2, 2), (28, 13, 7)
+and (25, 3, 13).  Each component keeps a 32-bit word ``z`` of which the top
+``k`` bits are significant; one step is::
+
+    b = (((z << q) ^ z) >> (k - s))
+    z = (((z & mask) << s) ^ b)          # all in 32-bit unsigned arithmetic
+
+and the output is ``z1 ^ z2 ^ z3 ^ z4``.  The period is about ``2**113``.  The
+recurrence and the seeding by :func:`seed_state` are exactly those of GSL's
+``gsl_rng_taus113``, so outputs can be cross-checked against GSL and against
+L'Ecuyer's reference code (:func:`state_from_components`, no discards).
+
+The state of one generator is four ``uint32`` words; the state of many
+generators is a C-contiguous ``(n, 4)`` ``uint32`` array whose rows are
+advanced in place by the ``@njit`` kernels :func:`taus_next_u32`,
+:func:`taus_uniform` and :func:`fill_uniform`.  Uniform doubles are
+``(u + 0.5) * 2**-32`` and therefore lie in the *open* interval (0, 1): the
+physics draws ``log(X)`` and ``1/X`` without guarding against 0 or 1.
+
+Jump-ahead
+----------
+Every component is linear over GF(2) on its 32-bit word, so ``n`` steps are
+the matrix power ``T_c**n`` (a 32x32 bit matrix).  Two independent routes are
+implemented and tested against each other:
+
+* matrix exponentiation by squaring (:func:`jump_matrices`), whose result --
+  the images of the 32 unit vectors, one ``uint32`` column per bit -- is
+  applied to any number of states by the ``@njit`` kernel :func:`apply_jump`;
+* polynomial arithmetic (:func:`jump_state_poly`): the characteristic
+  polynomial ``x**(32-k) P_c(x)`` of each component is found by
+  Berlekamp-Massey on the component's output bits (``P_c`` is the primitive
+  degree-``k`` polynomial of the decimated trinomial ``x**k + x**q + 1``),
+  then ``x**n mod`` it gives coefficients ``c_i`` with
+  ``T**n z = sum_i c_i T**i z``.
+
+Both cost O(log n) and accept any ``n >= 0``.
+
+Streams and sub-streams
+-----------------------
+Stream ``k`` of seed ``s`` starts ``k * STREAM_JUMP`` (``2**80``) steps after
+:func:`seed_state` ``(s)``: one stream per MPI rank, and about ``2**33``
+non-overlapping streams fit in the period.  Within a stream, sub-stream ``j``
+starts a further ``j * SUBSTREAM_JUMP`` (``2**60``) steps on; there is one
+sub-stream per 20-star block, so the random numbers of a star depend on its
+block and not on how many draws other blocks made.  ``2**20`` sub-streams of
+``2**60`` draws each fill exactly one stream, so nothing overlaps as long as a
+stream has at most ``MAX_SUBSTREAMS = 2**20`` sub-streams and no sub-stream
+draws ``2**60`` numbers.  A realistic run is far inside both limits:
+``N = 1e7`` stars make ``5e5 < 2**20 ~ 1.05e6`` blocks, even on a single
+rank, and one block draws about 20 stars x ~10 numbers x ``1e5`` steps
+``~ 2e7 << 2**60 ~ 1.2e18`` numbers.
+
+Use :func:`raw_outputs` to obtain the raw 32-bit outputs of stream ``k``,
+sub-stream ``j`` of seed ``s`` for comparison with another implementation.
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import cache, lru_cache
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "COMPONENT_PARAMS",
+    "MAX_STREAMS",
+    "MAX_SUBSTREAMS",
+    "STREAM_JUMP",
+    "SUBSTREAM_JUMP",
+    "apply_jump",
+    "apply_jump_tables",
+    "apply_jump_ref",
+    "berlekamp_massey",
+    "component_polynomials",
+    "fill_u32",
+    "fill_uniform",
+    "jump_matrices",
+    "jump_state",
+    "jump_state_poly",
+    "jump_tables",
+    "raw_outputs",
+    "reference_outputs",
+    "reference_uniforms",
+    "seed_state",
+    "state_from_components",
+    "taus_next_u32",
+    "taus_uniform",
+    "validate_state",
+]
+
+#: Distance between consecutive streams (one per MPI rank).
+STREAM_JUMP: int = 2**80
+#: Distance between consecutive sub-streams of a stream (one per 20-star block).
+SUBSTREAM_JUMP: int = 2**60
+#: Sub-streams that fit in one stream without running into the next one.
+MAX_SUBSTREAMS: int = STREAM_JUMP // SUBSTREAM_JUMP
+#: Streams allowed (conservative): the period, (2**31-1)(2**29-1)(2**28-1)(2**25-1)
+#: ~ 2**113, holds a little under 2**33 streams of 2**80 draws.
+MAX_STREAMS: int = 2**32
+
+#: ``(k, q, s, mask)`` of the four components; ``mask`` clears the low
+#: ``32 - k`` bits, which are not part of the component's state.
+COMPONENT_PARAMS: tuple[tuple[int, int, int, int], ...] = (
+    (31, 6, 18, 4294967294),
+    (29, 2, 2, 4294967288),
+    (28, 13, 7, 4294967280),
+    (25, 3, 13, 4294967168),
+)
+# Smallest valid word of each component: below it the k significant bits are
+# all zero and the component would output zeros forever.
+_MIN_WORD = (2, 8, 16, 128)
+_U32 = 0xFFFFFFFF
+
+# numba promotes uint32 arithmetic to uint64; the kernels therefore work in
+# uint64 and mask back to 32 bits wherever a left shift could carry out.
+_M = np.uint64(0xFFFFFFFF)
+_C1 = np.uint64(4294967294)
+_C2 = np.uint64(4294967288)
+_C3 = np.uint64(4294967280)
+_C4 = np.uint64(4294967168)
+_TWO_M32 = 2.0**-32
+
+
+# ---------------------------------------------------------------------------
+# njit kernels
+# ---------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _step4(z1, z2, z3, z4):
+    """One lfsr113 step on four uint64-held 32-bit words (GSL ``taus113_get``)."""
+    b = (((z1 << 6) & _M) ^ z1) >> 13
+    z1 = (((z1 & _C1) << 18) & _M) ^ b
+    b = (((z2 << 2) & _M) ^ z2) >> 27
+    z2 = (((z2 & _C2) << 2) & _M) ^ b
+    b = (((z3 << 13) & _M) ^ z3) >> 21
+    z3 = (((z3 & _C3) << 7) & _M) ^ b
+    b = (((z4 << 3) & _M) ^ z4) >> 12
+    z4 = (((z4 & _C4) << 13) & _M) ^ b
+    return z1, z2, z3, z4
+
+
+@njit(cache=True)
+def taus_next_u32(states, i):
+    """Advance generator ``i`` one step and return its 32-bit output.
+
+    Parameters
+    ----------
+    states : ndarray of uint32, shape (n, 4)
+        Generator states; row ``i`` is updated in place.
+    i : int
+        Row to advance.
+
+    Returns
+    -------
+    numpy.uint32
+        ``z1 ^ z2 ^ z3 ^ z4`` after the step.
+    """
+    z1, z2, z3, z4 = _step4(
+        np.uint64(states[i, 0]),
+        np.uint64(states[i, 1]),
+        np.uint64(states[i, 2]),
+        np.uint64(states[i, 3]),
+    )
+    states[i, 0] = np.uint32(z1)
+    states[i, 1] = np.uint32(z2)
+    states[i, 2] = np.uint32(z3)
+    states[i, 3] = np.uint32(z4)
+    return np.uint32(z1 ^ z2 ^ z3 ^ z4)
+
+
+@njit(cache=True)
+def taus_uniform(states, i):
+    """Advance generator ``i`` and return a double in the open interval (0, 1).
+
+    Parameters
+    ----------
+    states : ndarray of uint32, shape (n, 4)
+        Generator states; row ``i`` is updated in place.
+    i : int
+        Row to advance.
+
+    Returns
+    -------
+    float
+        ``(u + 0.5) * 2**-32`` with ``u`` the 32-bit output; never 0 or 1.
+    """
+    return (np.float64(taus_next_u32(states, i)) + 0.5) * _TWO_M32
+
+
+@njit(cache=True)
+def fill_uniform(states, i, out):
+    """Fill ``out`` with consecutive open-(0, 1) doubles of generator ``i``.
+
+    Equivalent to ``out[k] = taus_uniform(states, i)`` for every ``k`` but keeps
+    the state in registers during the loop.
+
+    Parameters
+    ----------
+    states : ndarray of uint32, shape (n, 4)
+        Generator states; row ``i`` is updated in place.
+    i : int
+        Row to draw from.
+    out : ndarray of float64, 1-D
+        Output buffer.
+    """
+    z1 = np.uint64(states[i, 0])
+    z2 = np.uint64(states[i, 1])
+    z3 = np.uint64(states[i, 2])
+    z4 = np.uint64(states[i, 3])
+    for k in range(out.shape[0]):
+        z1, z2, z3, z4 = _step4(z1, z2, z3, z4)
+        out[k] = (np.float64(z1 ^ z2 ^ z3 ^ z4) + 0.5) * _TWO_M32
+    states[i, 0] = np.uint32(z1)
+    states[i, 1] = np.uint32(z2)
+    states[i, 2] = np.uint32(z3)
+    states[i, 3] = np.uint32(z4)
+
+
+@njit(cache=True)
+def fill_u32(states, i, out):
+    """Fill ``out`` with consecutive raw 32-bit outputs of generator ``i``.
+
+    Parameters
+    ----------
+    states : ndarray of uint32, shape (n, 4)
+        Generator states; row ``i`` is updated in place.
+    i : int
+        Row to draw from.
+    out : ndarray of uint32, 1-D
+        Output buffer.
+    """
+    z1 = np.uint64(states[i, 0])
+    z2 = np.uint64(states[i, 1])
+    z3 = np.uint64(states[i, 2])
+    z4 = np.uint64(states[i, 3])
+    for k in range(out.shape[0]):
+        z1, z2, z3, z4 = _step4(z1, z2, z3, z4)
+        out[k] = np.uint32(z1 ^ z2 ^ z3 ^ z4)
+    states[i, 0] = np.uint32(z1)
+    states[i, 1] = np.uint32(z2)
+    states[i, 2] = np.uint32(z3)
+    states[i, 3] = np.uint32(z4)
+
+
+@njit(cache=True)
+def apply_jump(states, i, jm):
+    """Jump generator ``i`` by the distance encoded in ``jm``, in place.
+
+    Parameters
+    ----------
+    states : ndarray of uint32, shape (n, 4)
+        Generator states; row ``i`` is replaced by its image.
+    i : int
+        Row to jump.
+    jm : ndarray of uint32, shape (4, 32)
+        Jump matrices from :func:`jump_matrices`: ``jm[c, b]`` is the image of
+        bit ``b`` of component ``c``.
+    """
+    for c in range(4):
+        v = np.uint64(states[i, c])
+        acc = np.uint64(0)
+        for b in range(32):
+            # Branch-free: the bits of a state are random, so a branch would
+            # be mispredicted half of the time.
+            bit = (v >> np.uint64(b)) & np.uint64(1)
+            acc ^= np.uint64(jm[c, b]) & (np.uint64(0) - bit)
+        states[i, c] = np.uint32(acc)
+
+
+@njit(cache=True)
+def jump_tables(jm):
+    """Expand jump matrices into byte lookup tables for :func:`apply_jump_tables`.
+
+    Parameters
+    ----------
+    jm : ndarray of uint32, shape (4, 32)
+        Jump matrices from :func:`jump_matrices`.
+
+    Returns
+    -------
+    ndarray of uint32, shape (4, 4, 256)
+        ``jt[c, p, v]`` is the image of byte ``p`` of word ``c`` having value
+        ``v`` (XOR of the columns of its set bits).
+    """
+    jt = np.zeros((4, 4, 256), dtype=np.uint32)
+    for c in range(4):
+        for p in range(4):
+            for v in range(1, 256):
+                low = v & (v - 1)  # v without its lowest set bit
+                b = 0
+                while not (v >> b) & 1:
+                    b += 1
+                jt[c, p, v] = jt[c, p, low] ^ jm[c, 8 * p + b]
+    return jt
+
+
+@njit(cache=True)
+def apply_jump_tables(states, i, jt):
+    """Same as :func:`apply_jump` with tables from :func:`jump_tables`.
+
+    Sixteen table look-ups instead of 128 column XORs: worth it when one
+    distance is applied to many states (building sub-stream tables).
+
+    Parameters
+    ----------
+    states : ndarray of uint32, shape (n, 4)
+        Generator states; row ``i`` is replaced by its image.
+    i : int
+        Row to jump.
+    jt : ndarray of uint32, shape (4, 4, 256)
+        Tables from :func:`jump_tables`.
+    """
+    for c in range(4):
+        v = states[i, c]
+        states[i, c] = (
+            jt[c, 0, v & 0xFF]
+            ^ jt[c, 1, (v >> 8) & 0xFF]
+            ^ jt[c, 2, (v >> 16) & 0xFF]
+            ^ jt[c, 3, (v >> 24) & 0xFF]
+        )
+
+
+@njit(cache=True)
+def _raw_kernel(state, count):
+    states = state.reshape(1, 4).copy()
+    out = np.empty(count, dtype=np.uint32)
+    fill_u32(states, 0, out)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Plain-Python reference of the recurrence (for tests and cross-checks)
+# ---------------------------------------------------------------------------
+def _component_step(c: int, z: int) -> int:
+    """One step of component ``c`` on the Python int word ``z``."""
+    k, q, s, mask = COMPONENT_PARAMS[c]
+    b = (((z << q) & _U32) ^ z) >> (k - s)
+    return (((z & mask) << s) & _U32) ^ b
+
+
+def reference_outputs(state: np.ndarray | list[int], count: int) -> tuple[list[int], list[int]]:
+    """Raw outputs of the recurrence in plain Python (slow; for testing).
+
+    Parameters
+    ----------
+    state : array_like of 4 ints
+        Starting state (not modified).
+    count : int
+        Number of outputs.
+
+    Returns
+    -------
+    outputs : list of int
+        The ``count`` 32-bit outputs.
+    final_state : list of int
+        The state after the last step.
+    """
+    z = [int(w) for w in state]
+    out = []
+    for _ in range(count):
+        z = [_component_step(c, z[c]) for c in range(4)]
+        out.append(z[0] ^ z[1] ^ z[2] ^ z[3])
+    return out, z
+
+
+def reference_uniforms(state: np.ndarray | list[int], count: int) -> list[float]:
+    """Plain-Python reference of :func:`taus_uniform` (slow; for testing).
+
+    Parameters
+    ----------
+    state : array_like of 4 ints
+        Starting state (not modified).
+    count : int
+        Number of doubles.
+
+    Returns
+    -------
+    list of float
+        ``(u + 0.5) * 2**-32`` for the ``count`` raw outputs ``u``.
+    """
+    return [(u + 0.5) * 2.0**-32 for u in reference_outputs(state, count)[0]]
+
+
+def apply_jump_ref(state: np.ndarray | list[int], jm: np.ndarray) -> list[int]:
+    """Plain-Python reference of :func:`apply_jump` for a single state.
+
+    Parameters
+    ----------
+    state : array_like of 4 ints
+        State to jump (not modified).
+    jm : ndarray of uint32, shape (4, 32)
+        Jump matrices from :func:`jump_matrices`.
+
+    Returns
+    -------
+    list of int
+        The jumped state.
+    """
+    out = []
+    for c in range(4):
+        v = int(state[c])
+        acc = 0
+        for b in range(32):
+            if (v >> b) & 1:
+                acc ^= int(jm[c, b])
+        out.append(acc)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Seeding and validation
+# ---------------------------------------------------------------------------
+def _as_u32_int(x: object, name: str) -> int:
+    """Return ``x`` as a Python int in [0, 2**32) or raise ValueError."""
+    if isinstance(x, bool | np.bool_):
+        raise ValueError(f"{name} must be an integer, got {x!r}")
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {x!r}") from None
+    if not 0 <= v < 2**32:
+        raise ValueError(f"{name} must satisfy 0 <= {name} < 2**32, got {v}")
+    return v
+
+
+def validate_state(state: np.ndarray) -> None:
+    """Check that ``state`` holds valid lfsr113 states.
+
+    Parameters
+    ----------
+    state : ndarray of uint32, shape (..., 4)
+        One state (shape (4,)) or any stack of states.
+
+    Raises
+    ------
+    ValueError
+        If ``state`` is not a uint32 array with last axis 4, or a component
+        word is below its minimum (2, 8, 16, 128): then the significant bits of
+        that component are all zero and it would output zeros forever.
+    """
+    if not isinstance(state, np.ndarray):
+        raise ValueError(f"lfsr113 state must be a numpy array, got {type(state).__name__}")
+    if state.dtype != np.uint32:
+        raise ValueError(f"lfsr113 state must have dtype uint32, got {state.dtype}")
+    if state.ndim < 1 or state.shape[-1] != 4:
+        raise ValueError(f"lfsr113 state must have shape (..., 4), got {state.shape}")
+    for c, lo in enumerate(_MIN_WORD):
+        words = state[..., c]
+        if words.size and int(words.min()) < lo:
+            bad = np.argwhere(np.asarray(words < lo)).ravel().tolist()[:5]
+            raise ValueError(
+                f"invalid lfsr113 state: component z{c + 1} must be >= {lo} "
+                f"(its significant bits are all zero) at index {bad}"
+            )
+
+
+def state_from_components(z1: int, z2: int, z3: int, z4: int) -> np.ndarray:
+    """Build a state from four raw component words (L'Ecuyer's seeding).
+
+    No draws are discarded, so this reproduces L'Ecuyer's ``lfsr113`` code
+    started from the seeds ``z1..z4``.
+
+    Parameters
+    ----------
+    z1, z2, z3, z4 : int
+        Component words; must satisfy ``z1 >= 2``, ``z2 >= 8``, ``z3 >= 16``,
+        ``z4 >= 128`` and be below ``2**32``.
+
+    Returns
+    -------
+    ndarray of uint32, shape (4,)
+        The state.
+
+    Raises
+    ------
+    ValueError
+        If a word is out of range.
+    """
+    words = [_as_u32_int(z, f"z{c + 1}") for c, z in enumerate((z1, z2, z3, z4))]
+    state = np.array(words, dtype=np.uint32)
+    validate_state(state)
+    return state
+
+
+def seed_state(seed: int) -> np.ndarray:
+    """Seed a generator exactly like GSL's ``taus113_set``.
+
+    Seed 0 is replaced by 1; the words are successive ``69069 * n mod 2**32``
+    values raised to their minimum if needed, then 10 draws are discarded.
+
+    Parameters
+    ----------
+    seed : int
+        Seed, ``0 <= seed < 2**32``.
+
+    Returns
+    -------
+    ndarray of uint32, shape (4,)
+        The seeded state.
+
+    Raises
+    ------
+    ValueError
+        If ``seed`` is not an integer in range.
+    """
+    s = _as_u32_int(seed, "seed")
+    if s == 0:
+        s = 1
+    words = []
+    z = s
+    for lo in _MIN_WORD:
+        z = (69069 * z) & _U32
+        if z < lo:
+            z += lo
+        words.append(z)
+    _, final = reference_outputs(words, 10)
+    return np.array(final, dtype=np.uint32)
+
+
+# ---------------------------------------------------------------------------
+# Jump-ahead, method (a): GF(2) matrix powers
+# ---------------------------------------------------------------------------
+def _check_distance(n: object) -> int:
+    if isinstance(n, bool | np.bool_):
+        raise ValueError(f"jump distance must be an integer, got {n!r}")
+    try:
+        v = operator.index(n)
+    except TypeError:
+        raise ValueError(f"jump distance must be an integer, got {n!r}") from None
+    if v < 0:
+        raise ValueError(f"jump distance must be >= 0, got {v}")
+    return v
+
+
+def _transition_bits() -> np.ndarray:
+    """One-step matrices as 0/1 arrays, shape (4, 32, 32): ``M[c, row, col]``."""
+    m = np.zeros((4, 32, 32), dtype=np.int64)
+    for c in range(4):
+        for b in range(32):
+            img = _component_step(c, 1 << b)
+            m[c, :, b] = (img >> np.arange(32)) & 1
+    return m
+
+
+@cache
+def _power_of_two_bits(j: int) -> np.ndarray:
+    """``T**(2**j)`` as 0/1 arrays, shape (4, 32, 32); cached because every
+    jump distance reuses the same squarings."""
+    if j == 0:
+        out = _transition_bits()
+    else:
+        p = _power_of_two_bits(j - 1)
+        out = (p @ p) & 1
+    out.setflags(write=False)
+    return out
+
+
+def _bits_to_columns(m: np.ndarray) -> np.ndarray:
+    weights = np.uint64(1) << np.arange(32, dtype=np.uint64)
+    cols = (m.astype(np.uint64) * weights[None, :, None]).sum(axis=1)
+    return cols.astype(np.uint32)
+
+
+@lru_cache(maxsize=256)
+def _jump_matrices_cached(n: int) -> np.ndarray:
+    result = np.broadcast_to(np.eye(32, dtype=np.int64), (4, 32, 32)).copy()
+    j = 0
+    while n:
+        if n & 1:
+            result = (_power_of_two_bits(j) @ result) & 1
+        n >>= 1
+        j += 1
+    cols = _bits_to_columns(result)
+    cols.setflags(write=False)
+    return cols
+
+
+def jump_matrices(n: int) -> np.ndarray:
+    """Jump matrices for a distance of ``n`` steps (GF(2) matrix power).
+
+    Parameters
+    ----------
+    n : int
+        Jump distance, any ``n >= 0`` (e.g. ``2**80``); costs O(log n).
+
+    Returns
+    -------
+    ndarray of uint32, shape (4, 32)
+        Column ``b`` of component ``c`` is the image of bit ``b`` of word
+        ``z_{c+1}`` after ``n`` steps; pass to :func:`apply_jump`.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is negative or not an integer.
+    """
+    return _jump_matrices_cached(_check_distance(n)).copy()
+
+
+def jump_state(state: np.ndarray, n: int, method: str = "matrix") -> np.ndarray:
+    """Return ``state`` advanced by ``n`` steps.
+
+    Parameters
+    ----------
+    state : ndarray of uint32, shape (4,)
+        Starting state (not modified).
+    n : int
+        Jump distance, ``n >= 0``.
+    method : {"matrix", "poly"}
+        GF(2) matrix powers (:func:`jump_matrices`) or polynomial arithmetic
+        (:func:`jump_state_poly`); both give identical results.
+
+    Returns
+    -------
+    ndarray of uint32, shape (4,)
+        The jumped state.
+    """
+    state = np.asarray(state)
+    validate_state(state)
+    if state.shape != (4,):
+        raise ValueError(f"jump_state takes one state of shape (4,), got {state.shape}")
+    if method == "poly":
+        return jump_state_poly(state, n)
+    if method != "matrix":
+        raise ValueError(f"unknown jump method {method!r}; use 'matrix' or 'poly'")
+    jm = _jump_matrices_cached(_check_distance(n))
+    out = np.ascontiguousarray(state.reshape(1, 4)).copy()
+    apply_jump(out, 0, jm)
+    return out[0]
+
+
+# ---------------------------------------------------------------------------
+# Jump-ahead, method (b): polynomial arithmetic over GF(2)
+# ---------------------------------------------------------------------------
+def berlekamp_massey(bits: list[int]) -> tuple[int, int]:
+    """Shortest linear recurrence over GF(2) generating ``bits``.
+
+    Parameters
+    ----------
+    bits : list of int
+        Sequence of 0/1 values.
+
+    Returns
+    -------
+    connection : int
+        Connection polynomial ``C(x) = 1 + c_1 x + ... + c_L x**L`` as a bit
+        mask (bit ``i`` = coefficient of ``x**i``); the sequence satisfies
+        ``s_t = sum_i c_i s_{t-i}``.
+    length : int
+        The linear complexity ``L``.
+    """
+    c, b = 1, 1
+    length, m = 0, 1
+    for t, s in enumerate(bits):
+        d = s
+        for i in range(1, length + 1):
+            d ^= ((c >> i) & 1) & bits[t - i]
+        if d == 0:
+            m += 1
+        elif 2 * length <= t:
+            c, b = c ^ (b << m), c
+            length, m = t + 1 - length, 1
+        else:
+            c ^= b << m
+            m += 1
+    return c, length
+
+
+def _reverse_poly(p: int, degree: int) -> int:
+    return int(format(p, f"0{degree + 1}b")[::-1], 2)
+
+
+@cache
+def component_polynomials() -> tuple[int, ...]:
+    """Minimal polynomials ``P_c`` (degree ``k``) of the four components.
+
+    Found by Berlekamp-Massey on the top output bit of each component, so they
+    depend only on the recurrence, not on the matrix code.
+
+    Returns
+    -------
+    tuple of int
+        ``P_c`` as bit masks (bit ``i`` = coefficient of ``x**i``).
+    """
+    polys = []
+    for c, (k, _q, _s, _mask) in enumerate(COMPONENT_PARAMS):
+        z = 0x9E3779B9 | 0xFFFF0000
+        # Warm up past the nilpotent transient (at most 32 - k steps) so the
+        # word lies in the P_c-invariant subspace.
+        for _ in range(40):
+            z = _component_step(c, z)
+        bits = []
+        for _ in range(4 * k):
+            z = _component_step(c, z)
+            bits.append(z >> 31)
+        conn, length = berlekamp_massey(bits)
+        if length != k:  # pragma: no cover - would mean a broken recurrence
+            raise RuntimeError(f"component {c + 1}: linear complexity {length} != {k}")
+        polys.append(_reverse_poly(conn, k))
+    return tuple(polys)
+
+
+def _poly_mulmod(a: int, b: int, mod: int, deg: int) -> int:
+    """``a * b mod mod`` over GF(2); ``mod`` has degree ``deg``."""
+    prod = 0
+    while b:
+        if b & 1:
+            prod ^= a
+        a <<= 1
+        b >>= 1
+    for i in range(prod.bit_length() - 1, deg - 1, -1):
+        if (prod >> i) & 1:
+            prod ^= mod << (i - deg)
+    return prod
+
+
+def _x_pow_mod(n: int, mod: int, deg: int) -> int:
+    """``x**n mod mod`` over GF(2) by square-and-multiply."""
+    result = 1
+    base = _poly_mulmod(2, 1, mod, deg)  # x reduced (deg >= 2 here)
+    while n:
+        if n & 1:
+            result = _poly_mulmod(result, base, mod, deg)
+        base = _poly_mulmod(base, base, mod, deg)
+        n >>= 1
+    return result
+
+
+def jump_state_poly(state: np.ndarray, n: int) -> np.ndarray:
+    """Advance ``state`` by ``n`` steps using polynomial arithmetic.
+
+    For each component the characteristic polynomial of its 32x32 transition
+    is ``Q_c(x) = x**(32-k) P_c(x)`` (the low ``32 - k`` bits are a nilpotent
+    part that the next step discards), so ``T**n = r(T)`` with
+    ``r = x**n mod Q_c`` by Cayley-Hamilton, and ``T**i z`` for ``i < 32`` is
+    obtained by stepping the recurrence.  Independent of :func:`jump_matrices`.
+
+    Parameters
+    ----------
+    state : ndarray of uint32, shape (4,)
+        Starting state (not modified).
+    n : int
+        Jump distance, ``n >= 0``.
+
+    Returns
+    -------
+    ndarray of uint32, shape (4,)
+        The jumped state.
+    """
+    n = _check_distance(n)
+    polys = component_polynomials()
+    out = []
+    for c, (k, _q, _s, _mask) in enumerate(COMPONENT_PARAMS):
+        q_c = polys[c] << (32 - k)
+        r = _x_pow_mod(n, q_c, 32)
+        z = int(state[c])
+        acc = 0
+        for i in range(32):
+            if (r >> i) & 1:
+                acc ^= z
+            z = _component_step(c, z)
+        out.append(acc)
+    return np.array(out, dtype=np.uint32)
+
+
+# ---------------------------------------------------------------------------
+# Convenience
+# ---------------------------------------------------------------------------
+def raw_outputs(seed: int, stream: int, substream: int, count: int) -> np.ndarray:
+    """Raw 32-bit outputs of stream ``stream``, sub-stream ``substream`` of ``seed``.
+
+    The starting state is :func:`seed_state` ``(seed)`` advanced by
+    ``stream * STREAM_JUMP + substream * SUBSTREAM_JUMP`` steps; the first
+    returned value is the output of the first step after that.  This is the
+    documented definition to compare against other implementations.
+
+    Parameters
+    ----------
+    seed : int
+        Seed, ``0 <= seed < 2**32``.
+    stream : int
+        Global stream index, ``0 <= stream < MAX_STREAMS``.
+    substream : int
+        Sub-stream index, ``0 <= substream < MAX_SUBSTREAMS``.
+    count : int
+        Number of outputs, ``>= 0``.
+
+    Returns
+    -------
+    ndarray of uint32, shape (count,)
+        The outputs.
+    """
+    stream = _check_distance(stream)
+    if stream >= MAX_STREAMS:
+        raise ValueError(f"stream must be < {MAX_STREAMS}, got {stream}")
+    substream = _check_distance(substream)
+    if substream >= MAX_SUBSTREAMS:
+        raise ValueError(f"substream must be < {MAX_SUBSTREAMS} (no overlap), got {substream}")
+    count = _check_distance(count)
+    state = jump_state(seed_state(seed), stream * STREAM_JUMP + substream * SUBSTREAM_JUMP)
+    return _raw_kernel(state, count)

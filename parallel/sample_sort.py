@@ -1,0 +1,500 @@
+"""Parallel sort of star records: Sample Sort plus block redistribution.
+
+Star data are a structure of arrays, ``dict[str, numpy.ndarray]`` whose values
+share their length along axis 0. For communication the arrays are packed into
+one structured array (one record per star) so that a star always travels
+whole, and the records are sent as raw bytes.
+
+The sort follows the paper (sections 3.4 and 3.5):
+
+1. local sort by ``(key, tiebreak)``;
+2. ``s`` regular samples per rank, gathered on rank 0;
+3. rank 0 picks ``P - 1`` splitters and broadcasts them;
+4. each rank cuts its sorted data at the splitters (binary search), exchanges
+   counts with ``Alltoall`` and records with ``Alltoallv``;
+5. the received runs are merged by a local sort;
+
+then :func:`redistribute_to_blocks` moves stars so that rank ``k`` holds
+exactly ``block_counts(N, P)[k]`` stars in global order (``Exscan`` gives each
+rank its global index range, one more ``Alltoallv`` moves the pieces).
+
+Ordering is by the pair ``(key, tiebreak)``, splitters included, so with
+unique ``(key, tiebreak)`` pairs (unique star ids) the global result is the
+same for every number of ranks. Input errors are detected collectively: every
+rank raises the same :class:`ValueError` instead of leaving the others blocked
+in a collective.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from parallel.comm import allreduce_sum, exscan_sum
+from parallel.decomposition import MIN_CHUNK, rank_bounds
+
+__all__ = [
+    "pack_records",
+    "unpack_records",
+    "default_sample_size",
+    "sample_sort",
+    "redistribute_to_blocks",
+    "parallel_sort",
+]
+
+Fields = dict[str, np.ndarray]
+
+
+# ---------------------------------------------------------------------------
+# records
+# ---------------------------------------------------------------------------
+
+
+def _fields_error(fields: Any, key: str | None = None, tiebreak: str | None = None) -> str | None:
+    """Describe what is wrong with ``fields`` (``None`` if it is usable).
+
+    Returns a message instead of raising so that parallel callers can first
+    agree collectively that something is wrong.
+    """
+    if not isinstance(fields, Mapping) or len(fields) == 0:
+        return "fields must be a non-empty mapping of name -> numpy array"
+    n = None
+    for name, arr in fields.items():
+        if not isinstance(name, str):
+            return f"field names must be str, got {name!r}"
+        if not isinstance(arr, np.ndarray) or arr.ndim < 1:
+            return f"field {name!r} must be a numpy array with ndim >= 1"
+        if arr.dtype.hasobject:
+            return f"field {name!r} has an object dtype, which cannot be sent as bytes"
+        if n is None:
+            n = arr.shape[0]
+        elif arr.shape[0] != n:
+            return f"field {name!r} has length {arr.shape[0]}, expected {n}"
+    for role, name in (("key", key), ("tiebreak", tiebreak)):
+        if name is None:
+            continue
+        if name not in fields:
+            return f"{role} field {name!r} missing (have {list(fields)})"
+        if fields[name].ndim != 1:
+            return f"{role} field {name!r} must be 1-D"
+    if key is not None:
+        k = fields[key]
+        if np.issubdtype(k.dtype, np.floating) and np.isnan(k).any():
+            return f"key field {key!r} contains NaN"
+    return None
+
+
+def _record_dtype(fields: Mapping[str, np.ndarray]) -> np.dtype:
+    """Packed structured dtype with one member per field, in dict order."""
+    return np.dtype([(name, arr.dtype, arr.shape[1:]) for name, arr in fields.items()])
+
+
+def pack_records(fields: Mapping[str, np.ndarray], order: np.ndarray | None = None) -> np.ndarray:
+    """Pack a structure of arrays into a structured array, one record per star.
+
+    Parameters
+    ----------
+    fields : mapping of str to numpy.ndarray
+        Arrays of equal length along axis 0 (usually 1-D; an ``(n, k)`` array
+        becomes a length-``k`` sub-array member).
+    order : numpy.ndarray of int, optional
+        Permutation applied while packing (``rec[i]`` is star ``order[i]``).
+
+    Returns
+    -------
+    numpy.ndarray
+        Structured array of length ``n``; members in dict order.
+
+    Raises
+    ------
+    ValueError
+        If the arrays are not of equal length or cannot be packed.
+    """
+    err = _fields_error(fields)
+    if err:
+        raise ValueError(err)
+    n = next(iter(fields.values())).shape[0] if order is None else len(order)
+    rec = np.empty(n, dtype=_record_dtype(fields))
+    for name, arr in fields.items():
+        rec[name] = arr if order is None else arr[order]
+    return rec
+
+
+def unpack_records(rec: np.ndarray, names: list[str] | tuple[str, ...] | None = None) -> Fields:
+    """Split a structured array back into a dict of C-contiguous arrays.
+
+    Parameters
+    ----------
+    rec : numpy.ndarray
+        Structured array, e.g. from :func:`pack_records`.
+    names : sequence of str, optional
+        Members to extract, in this order (default: all, in dtype order).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Independent copies (they never share memory with ``rec``).
+    """
+    if names is None:
+        names = rec.dtype.names or ()
+    return {name: np.array(rec[name], copy=True, order="C") for name in names}
+
+
+def _dtype_signature(dtype: np.dtype) -> int:
+    """16-bit checksum of a record dtype, identical across processes."""
+    return zlib.crc32(repr(dtype.descr).encode()) & 0xFFFF
+
+
+# ---------------------------------------------------------------------------
+# local ordering
+# ---------------------------------------------------------------------------
+
+
+def _local_order(key: np.ndarray, tiebreak: np.ndarray | None) -> np.ndarray:
+    """Permutation sorting by ``(key, tiebreak)``.
+
+    A stable argsort on the key alone is enough unless keys repeat; only then
+    is the (slower) lexsort needed to make the order deterministic. The stable
+    sort (timsort) is also fast on the nearly sorted data a time step leaves.
+    """
+    order = np.argsort(key, kind="stable")
+    if tiebreak is not None and key.size > 1:
+        ks = key[order]
+        if np.any(ks[1:] == ks[:-1]):
+            order = np.lexsort((tiebreak, key))
+    return order
+
+
+def _lex_searchsorted(
+    keys: np.ndarray,
+    tbs: np.ndarray | None,
+    split_keys: np.ndarray,
+    split_tbs: np.ndarray | None,
+) -> np.ndarray:
+    """Number of sorted ``(keys, tbs)`` pairs strictly below each splitter pair."""
+    lo = np.searchsorted(keys, split_keys, side="left")
+    if tbs is None or split_tbs is None:
+        return lo.astype(np.int64)
+    hi = np.searchsorted(keys, split_keys, side="right")
+    pos = lo.astype(np.int64)
+    # Loop over splitters (P - 1 of them), not stars; tbs is sorted within equal keys.
+    for j in np.flatnonzero(hi > lo):
+        pos[j] += np.searchsorted(tbs[lo[j] : hi[j]], split_tbs[j], side="left")
+    return pos
+
+
+def _sort_records(rec: np.ndarray, key: str, tiebreak: str | None) -> np.ndarray:
+    """Return ``rec`` sorted by ``(key, tiebreak)``."""
+    if rec.size <= 1:
+        return rec
+    order = _local_order(rec[key], None if tiebreak is None else rec[tiebreak])
+    return rec[order]
+
+
+def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None) -> Fields:
+    """Serial path: sort every array of ``fields`` by ``(key, tiebreak)``."""
+    err = _fields_error(fields, key, tiebreak)
+    if err:
+        raise ValueError(err)
+    order = _local_order(fields[key], None if tiebreak is None else fields[tiebreak])
+    return {name: np.ascontiguousarray(arr[order]) for name, arr in fields.items()}
+
+
+# ---------------------------------------------------------------------------
+# communication
+# ---------------------------------------------------------------------------
+
+
+def _exclusive_cumsum(a: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(a)
+    np.cumsum(a[:-1], out=out[1:])
+    return out
+
+
+def _exchange(comm: Any, rec: np.ndarray, send_counts: np.ndarray) -> np.ndarray:
+    """Send consecutive slices of ``rec`` to ranks 0..P-1; receive in rank order.
+
+    ``send_counts[j]`` records (taken in order from the front of ``rec``) go to
+    rank ``j``. Counts travel with ``Alltoall``; the records travel as bytes of
+    their structured dtype with ``Alltoallv``.
+    """
+    from mpi4py import MPI
+
+    size = comm.Get_size()
+    send_counts = np.ascontiguousarray(send_counts, dtype=np.int64)
+    recv_counts = np.empty(size, dtype=np.int64)
+    comm.Alltoall(send_counts, recv_counts)
+    item = rec.dtype.itemsize
+    out = np.empty(int(recv_counts.sum()), dtype=rec.dtype)
+    sendbuf = np.ascontiguousarray(rec).view(np.uint8)
+    comm.Alltoallv(
+        [sendbuf, (send_counts * item, _exclusive_cumsum(send_counts) * item), MPI.BYTE],
+        [out.view(np.uint8), (recv_counts * item, _exclusive_cumsum(recv_counts) * item), MPI.BYTE],
+    )
+    return out
+
+
+def default_sample_size(n_ranks: int) -> int:
+    """Default number of regular samples per rank, ``clip(4 * P, 64, 4096)``.
+
+    Oversampling (``s > P``) tightens the splitters and so reduces what the
+    redistribution has to move afterwards; the cap keeps the ``s * P`` samples
+    sorted on rank 0 cheap. The final layout never depends on ``s``.
+    """
+    return int(min(max(4 * n_ranks, 64), 4096))
+
+
+def _sample_sort_records(
+    comm: Any,
+    fields: Mapping[str, np.ndarray],
+    key: str,
+    tiebreak: str | None,
+    sample_size: int | None,
+) -> np.ndarray:
+    """Sample Sort proper on ``size > 1`` communicators; returns local sorted records."""
+    size = comm.Get_size()
+    s = default_sample_size(size) if sample_size is None else int(sample_size)
+    if s < 1:
+        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
+
+    # Phase 1: local sort (packing in sorted order). Errors are held back
+    # until all ranks know about them.
+    err = _fields_error(fields, key, tiebreak)
+    if err is None:
+        kv = fields[key]
+        tv = None if tiebreak is None else fields[tiebreak]
+        order = _local_order(kv, tv)
+        rec = pack_records(fields, order)
+        keys = kv[order]
+        tbs = None if tv is None else tv[order]
+        dtype_descr = rec.dtype.descr
+    else:
+        rec = keys = tbs = dtype_descr = None
+    n_local = 0 if rec is None else rec.size
+
+    # Phase 2: regular sampling at the centres of s equal slices.
+    ns = min(s, n_local)
+    if ns > 0:
+        pos = ((2 * np.arange(ns, dtype=np.int64) + 1) * n_local) // (2 * ns)
+        samp_k = keys[pos]
+        samp_t = None if tbs is None else tbs[pos]
+    else:
+        samp_k = samp_t = None
+    gathered = comm.gather((n_local, samp_k, samp_t, dtype_descr, err), root=0)
+
+    # Phase 3: splitter selection on rank 0.
+    if comm.Get_rank() == 0:
+        msg = _root_check(gathered)
+        split = None if msg else _choose_splitters(gathered, size, tiebreak is not None)
+        payload = (msg, split)
+    else:
+        payload = None
+    msg, split = comm.bcast(payload, root=0)
+    if msg:
+        raise ValueError(err or f"sample_sort: invalid input on another rank: {msg}")
+
+    # Phase 4: cut at the splitters, exchange.
+    split_k, split_t = split
+    if split_k is None:  # no samples at all, hence no stars anywhere
+        bounds = np.zeros(size - 1, dtype=np.int64)
+    else:
+        bounds = _lex_searchsorted(keys, tbs, split_k, split_t)
+    edges = np.concatenate(([0], bounds, [n_local]))
+    received = _exchange(comm, rec, np.diff(edges))
+
+    # Phase 5: merge the received sorted runs.
+    return _sort_records(received, key, tiebreak)
+
+
+def _root_check(gathered: list[tuple]) -> str | None:
+    """On rank 0: first error message among ranks, or a dtype mismatch."""
+    for rank, (_, _, _, _, err) in enumerate(gathered):
+        if err:
+            return f"rank {rank}: {err}"
+    descrs = {repr(g[3]) for g in gathered}
+    if len(descrs) > 1:
+        return f"record dtypes differ between ranks: {sorted(descrs)}"
+    return None
+
+
+def _choose_splitters(
+    gathered: list[tuple], size: int, use_tiebreak: bool
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Pick ``size - 1`` splitter pairs at weighted quantiles of the samples.
+
+    Each sample stands for ``n_k / s_k`` stars of its rank, so ranks that
+    hold more stars than others (uneven input) are not under-represented.
+    """
+    parts = [(n, k, t) for n, k, t, _, _ in gathered if k is not None and len(k) > 0]
+    if not parts:
+        return None, None
+    sk = np.concatenate([k for _, k, _ in parts])
+    st = np.concatenate([t for _, _, t in parts]) if use_tiebreak else None
+    w = np.concatenate([np.full(len(k), n / len(k)) for n, k, _ in parts])
+    order = np.lexsort((st, sk)) if use_tiebreak else np.argsort(sk, kind="stable")
+    sk, w = sk[order], w[order]
+    # Estimated global rank of each sample's centre; non-decreasing.
+    centre = np.cumsum(w) - 0.5 * w
+    targets = np.arange(1, size) * (w.sum() / size)
+    idx = np.minimum(np.searchsorted(centre, targets, side="left"), sk.size - 1)
+    return sk[idx], (st[order][idx] if use_tiebreak else None)
+
+
+def _redistribute_records(
+    comm: Any, rec: np.ndarray | None, chunk: int, err: str | None = None
+) -> np.ndarray:
+    """Move globally sorted records to the block layout (``size > 1``)."""
+    size = comm.Get_size()
+    n_local = 0 if rec is None else rec.size
+    sig = 0 if rec is None else _dtype_signature(rec.dtype)
+    # One packed reduction: N, error count and a dtype-equality check. All
+    # signatures are equal iff P * sum(sig^2) == sum(sig)^2 (Cauchy-Schwarz),
+    # and every rank evaluates the same totals, so all ranks agree.
+    tot = allreduce_sum(comm, np.array([n_local, err is not None, sig, sig * sig], dtype=np.int64))
+    n_total, n_err, s1, s2 = (int(x) for x in tot)
+    if n_err:
+        raise ValueError(err or f"redistribute_to_blocks: invalid input on {n_err} other rank(s)")
+    if size * s2 != s1 * s1:
+        raise ValueError("redistribute_to_blocks: record dtypes differ between ranks")
+
+    start = exscan_sum(comm, n_local)
+    bounds = rank_bounds(n_total, size, chunk)
+    # Overlap of [start, start + n_local) with every target rank's range.
+    lo = np.clip(bounds[:-1], start, start + n_local)
+    hi = np.clip(bounds[1:], start, start + n_local)
+    # Senders hold increasing global ranges, so receiving in rank order keeps
+    # global order: no re-sort needed.
+    return _exchange(comm, rec, hi - lo)
+
+
+# ---------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------
+
+
+def sample_sort(
+    comm: Any,
+    fields: Mapping[str, np.ndarray],
+    key: str = "r",
+    tiebreak: str | None = "id",
+    sample_size: int | None = None,
+) -> Fields:
+    """Globally sort star records by ``(key, tiebreak)`` with Sample Sort.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm or SerialComm
+        Communicator; collective call.
+    fields : mapping of str to numpy.ndarray
+        This rank's stars (any number, possibly zero). Field names, order and
+        dtypes must agree on all ranks.
+    key : str, optional
+        Sort key field (1-D, no NaN). Default ``'r'``.
+    tiebreak : str or None, optional
+        Secondary key (1-D) ordering equal keys; default ``'id'``. With unique
+        ``(key, tiebreak)`` pairs the result does not depend on ``P``. ``None``
+        sorts by ``key`` alone (ties then end up in an unspecified order).
+    sample_size : int, optional
+        Regular samples per rank, default :func:`default_sample_size`.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        This rank's part of the globally sorted data: ranks hold consecutive
+        runs, rank 0 the smallest. Local sizes are only approximately balanced;
+        see :func:`redistribute_to_blocks`.
+
+    Raises
+    ------
+    ValueError
+        On every rank, if any rank's input is invalid.
+    """
+    if comm.Get_size() == 1:
+        return _sorted_fields(fields, key, tiebreak)
+    rec = _sample_sort_records(comm, fields, key, tiebreak, sample_size)
+    return unpack_records(rec)
+
+
+def redistribute_to_blocks(
+    comm: Any, fields: Mapping[str, np.ndarray], chunk: int = MIN_CHUNK
+) -> Fields:
+    """Move globally ordered stars to the block decomposition.
+
+    Afterwards rank ``k`` holds exactly ``block_counts(N, P, chunk)[k]`` stars,
+    in the same global order (concatenating the ranks' data in rank order is
+    unchanged).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm or SerialComm
+        Communicator; collective call.
+    fields : mapping of str to numpy.ndarray
+        This rank's stars, globally ordered across ranks (e.g. the output of
+        :func:`sample_sort`); any local sizes, including zero.
+    chunk : int, optional
+        Block size, default :data:`parallel.decomposition.MIN_CHUNK`.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        This rank's block of stars (new arrays).
+
+    Raises
+    ------
+    ValueError
+        On every rank, if any rank's input is invalid.
+    """
+    if comm.Get_size() == 1:
+        err = _fields_error(fields)
+        if err:
+            raise ValueError(err)
+        return {name: np.array(arr, copy=True, order="C") for name, arr in fields.items()}
+    err = _fields_error(fields)
+    rec = pack_records(fields) if err is None else None
+    return unpack_records(_redistribute_records(comm, rec, chunk, err))
+
+
+def parallel_sort(
+    comm: Any,
+    fields: Mapping[str, np.ndarray],
+    key: str = "r",
+    tiebreak: str | None = "id",
+    sample_size: int | None = None,
+    chunk: int = MIN_CHUNK,
+) -> Fields:
+    """Sort star records globally and leave them in the block decomposition.
+
+    :func:`sample_sort` followed by :func:`redistribute_to_blocks`, keeping the
+    packed records between the two steps. On a one-rank communicator this is a
+    plain local sort by ``(key, tiebreak)``.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm or SerialComm
+        Communicator; collective call.
+    fields : mapping of str to numpy.ndarray
+        This rank's stars (any number, possibly zero); names, order and dtypes
+        must agree on all ranks.
+    key, tiebreak, sample_size
+        See :func:`sample_sort`.
+    chunk : int, optional
+        Block size, see :func:`redistribute_to_blocks`.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        The ``block_counts(N, P, chunk)[rank]`` stars of this rank, sorted by
+        ``(key, tiebreak)``; global order runs across ranks in rank order.
+
+    Raises
+    ------
+    ValueError
+        On every rank, if any rank's input is invalid.
+    """
+    if comm.Get_size() == 1:
+        return _sorted_fields(fields, key, tiebreak)
+    rec = _sample_sort_records(comm, fields, key, tiebreak, sample_size)
+    return unpack_records(_redistribute_records(comm, rec, chunk))

@@ -1,0 +1,85 @@
+"""Energy correction after the potential has been recomputed (paper sec. 2, step 7).
+
+Orbits are sampled in the old potential.  When the potential changes from old (o) to new (n),
+a star's specific energy changes by the average of the change at its old and new radius
+(Stodolkiewicz 1982).  With ``U_ab`` the a-potential at the b-radius (own shell removed) and
+``v_old`` the speed before the orbit step (at the old radius):
+
+    v_new^2 = v_old^2 + (U_oo - U_on) + (U_no - U_nn)
+
+which, written with the sampled speed ``v_s`` at the new radius (``v_s^2 = v_old^2 +
+2 (U_oo - U_on)``), is ``v_new^2 = v_s^2 + (U_on - U_oo) + (U_no - U_nn)``.  ``vr`` and ``vt``
+are scaled by one factor so that ``vr/vt`` is kept (Fregeau & Rasio 2007).  Where
+``v_new^2 < 0`` the star is left at rest and the deficit (energy, per star) is returned so the
+caller can take it from the other stars: energy is never dropped silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from physics.potential import potential_at_radius
+
+
+@njit(cache=True, parallel=True)
+def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_oo, phi_on,
+                       deficit):
+    """Apply the energy correction in place.
+
+    Parameters
+    ----------
+    r_all, phi_all, mcum_all : ndarray
+        Replicated radii, potential and enclosed mass after the sort (new potential).
+    offset : int
+        Global index of local star 0.
+    m, r_old : ndarray
+        Local masses and radii before the orbit step.
+    vr, vt : ndarray
+        Sampled velocities at the new radius; corrected in place.
+    phi_oo, phi_on : ndarray
+        Old potential (own shell removed) at the old and at the new radius.
+    deficit : ndarray
+        Output: energy ``m * (-v_new^2) / 2`` that could not be given to the star (0 mostly).
+    """
+    n = m.shape[0]
+    for i in prange(n):
+        s = offset + i
+        rn = r_all[s]
+        ro = r_old[i]
+        ms = m[i]
+        rmax_ = rn if rn > ro else ro
+        u_nn = phi_all[s] + ms / rn
+        u_no = potential_at_radius(r_all, phi_all, mcum_all, ro) + ms / rmax_
+        v2 = vr[i] * vr[i] + vt[i] * vt[i]
+        v2new = v2 + (phi_on[i] - phi_oo[i]) + (u_no - u_nn)
+        deficit[i] = 0.0
+        if v2new < 0.0:
+            deficit[i] = -0.5 * ms * v2new
+            vr[i] = 0.0
+            vt[i] = 0.0
+        elif v2 > 0.0:
+            f = np.sqrt(v2new / v2)
+            vr[i] *= f
+            vt[i] *= f
+        else:
+            # no direction to keep: put the energy into transverse motion
+            vt[i] = np.sqrt(v2new)
+
+
+@njit(cache=True)
+def block_sums(x, block):
+    """Sums of ``x`` over consecutive blocks of ``block`` elements, in a fixed order.
+
+    Summing these block sums (gathered in global block order) gives a total that does not
+    depend on how stars are split over MPI ranks, because rank boundaries are block boundaries.
+    """
+    n = x.shape[0]
+    nb = (n + block - 1) // block
+    out = np.zeros(nb)
+    for b in range(nb):
+        acc = 0.0
+        for i in range(b * block, min(n, (b + 1) * block)):
+            acc += x[i]
+        out[b] = acc
+    return out

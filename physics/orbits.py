@@ -1,0 +1,268 @@
+"""New orbits: turning points by bisection and radius sampling by rejection (paper sec. 2, step 5).
+
+A star ``s`` with specific energy ``E`` and angular momentum ``J`` moves in the potential of all
+*other* stars, ``phi_s(x) = phi(x) + m_s / max(x, r_s)`` (its own shell removed).  Inside the
+interval between stars ``k`` and ``k+1`` that potential is ``A - B/x``, so
+``Q(x) = 2E - 2 phi_s(x) - J^2/x^2`` becomes a quadratic in ``1/x`` and its roots are exact.
+
+Sampling uses the change of variable ``x = (rmin+rmax)/2 + (rmax-rmin)/4 (3u - u^3)``,
+``u`` in (-1, 1), under which ``g(u) = (dx/du)/|v_r|`` is finite at both turning points; a new
+radius is accepted with probability ``g(u)/F`` (von Neumann).  ``F`` is 1.1 times the larger of
+the analytic end values ``g(+-1) = sqrt(3 (rmax-rmin) / |Q'(r_turn)|)``; a trial with
+``g > F`` (a bound violation) raises ``F`` and restarts the star, and is counted.
+
+Random numbers: each 20-star block ``b`` draws from its own sub-stream ``states[b]`` in star
+order, so results do not depend on the number of threads or MPI ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from parallel.rng import taus_uniform
+
+#: Bound factor over the larger end value of g(u).
+F_FACTOR = 1.1
+#: Trials after which a star's rejection sampling gives up (counted, radius drawn uniformly).
+MAX_TRIALS = 100000
+
+ORBIT_OK = 0
+ORBIT_ESCAPED_UNBOUND = 1
+ORBIT_ESCAPED_TIDAL = 2
+
+
+@njit(cache=True, inline="always")
+def _q_at_star(i, r, phi, e, j2, s, ms, rs):
+    """Q at grid radius r[i] for star s; i = -1 is r = 0, i = n is r = infinity."""
+    if i < 0:
+        return -np.inf
+    if i >= r.shape[0]:
+        return 2.0 * e
+    x = r[i]
+    pot = phi[i] + ms / (x if x > rs else rs)
+    return 2.0 * e - 2.0 * pot - j2 / (x * x)
+
+
+@njit(cache=True, inline="always")
+def _interval_coeffs(lo, r, phi, mcum, s, ms, rs):
+    """(A, B) of phi_s = A - B/x in the interval (r[lo], r[lo+1]); lo = -1 means (0, r[0])."""
+    if lo < 0:
+        a = phi[0]
+        b = 0.0
+    else:
+        a = phi[lo] + mcum[lo] / r[lo]
+        b = mcum[lo]
+    if lo < s:
+        a += ms / rs  # star inside its own shell: constant self term
+    else:
+        b -= ms  # outside its own shell: remove its mass from the enclosed mass
+    return a, b
+
+
+@njit(cache=True, inline="always")
+def _interval_of(x, r, lo, hi):
+    """Index k in [lo, hi) with r[k] <= x < r[k+1] (r[-1] = 0, r[n] = inf)."""
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if r[mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def turning_points(r, phi, mcum, s, ms, e, jang):
+    """Pericentre and apocentre of star ``s`` (exact roots of Q in the bracketing intervals).
+
+    Returns
+    -------
+    rmin, rmax, kmin, kmax, dq_min, dq_max
+        Turning radii, interval indices (``-1`` .. ``n-1``) holding them, and Q' there.
+        ``rmax`` is ``inf`` for an unbound orbit (E >= 0).
+    """
+    n = r.shape[0]
+    rs = r[s]
+    j2 = jang * jang
+    # pericentre: Q(r=0) < 0 <= Q(r_s)
+    lo = -1
+    hi = s
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if _q_at_star(mid, r, phi, e, j2, s, ms, rs) < 0.0:
+            lo = mid
+        else:
+            hi = mid
+    kmin = lo
+    a, b = _interval_coeffs(lo, r, phi, mcum, s, ms, rs)
+    c = e - a
+    d = b * b + 2.0 * c * j2
+    sq = np.sqrt(d) if d > 0.0 else 0.0
+    if j2 == 0.0:
+        rmin = 0.0
+    elif b + sq > 0.0:
+        rmin = j2 / (b + sq)
+    else:
+        rmin = np.sqrt(j2 / (2.0 * c)) if c > 0.0 else rs
+    rlo = r[lo] if lo >= 0 else 0.0
+    if rmin < rlo:
+        rmin = rlo
+    if rmin > rs:
+        rmin = rs
+    dq_min = -2.0 * b / (rmin * rmin) + 2.0 * j2 / (rmin * rmin * rmin) if rmin > 0.0 else np.inf
+    if e >= 0.0:
+        return rmin, np.inf, kmin, n - 1, dq_min, 0.0
+    # apocentre: Q(r_s) >= 0 > Q(r = inf) = 2E
+    lo = s
+    hi = n
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if _q_at_star(mid, r, phi, e, j2, s, ms, rs) >= 0.0:
+            lo = mid
+        else:
+            hi = mid
+    kmax = lo
+    a, b = _interval_coeffs(lo, r, phi, mcum, s, ms, rs)
+    c = e - a
+    if c >= 0.0:
+        return rmin, np.inf, kmin, n - 1, dq_min, 0.0
+    d = b * b + 2.0 * c * j2
+    sq = np.sqrt(d) if d > 0.0 else 0.0
+    rmax = (b + sq) / (-2.0 * c)
+    if rmax < r[lo]:
+        rmax = r[lo]
+    if lo + 1 < n and rmax > r[lo + 1]:
+        rmax = r[lo + 1]
+    if rmax < rs:
+        rmax = rs
+    dq_max = -2.0 * b / (rmax * rmax) + 2.0 * j2 / (rmax * rmax * rmax)
+    return rmin, rmax, kmin, kmax, dq_min, dq_max
+
+
+@njit(cache=True)
+def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kmax,
+                dq_min, dq_max, out):
+    """Sample a radius on the orbit; out = (x, vr, vt, phi_s(x), trials, violations)."""
+    n = r.shape[0]
+    rs = r[s]
+    j2 = jang * jang
+    width = rmax - rmin
+    trials = 0
+    violations = 0
+    # A (nearly) circular orbit: the radial motion is negligible.
+    if width <= 1e-13 * rmax or not (dq_min > 0.0) or not (dq_max < 0.0):
+        x = rmin + width * taus_uniform(states, blk)
+        k = _interval_of(x, r, kmin, kmax + 1 if kmax + 1 <= n else n)
+        a, b = _interval_coeffs(k, r, phi, mcum, s, ms, rs)
+        q = 2.0 * (e - a) + 2.0 * b / x - j2 / (x * x)
+        vr = np.sqrt(q) if q > 0.0 else 0.0
+        if taus_uniform(states, blk) < 0.5:
+            vr = -vr
+        out[0] = x
+        out[1] = vr
+        out[2] = jang / x
+        out[3] = a - b / x
+        out[4] = 1.0
+        out[5] = 0.0
+        return
+    g1 = np.sqrt(3.0 * width / dq_min)
+    g2 = np.sqrt(3.0 * width / (-dq_max))
+    fbound = F_FACTOR * (g1 if g1 > g2 else g2)
+    hi_idx = kmax + 1 if kmax + 1 <= n else n
+    while True:
+        trials += 1
+        u = 2.0 * taus_uniform(states, blk) - 1.0
+        y = fbound * taus_uniform(states, blk)
+        x = 0.5 * (rmin + rmax) + 0.25 * width * (3.0 * u - u * u * u)
+        k = _interval_of(x, r, kmin, hi_idx)
+        a, b = _interval_coeffs(k, r, phi, mcum, s, ms, rs)
+        q = 2.0 * (e - a) + 2.0 * b / x - j2 / (x * x)
+        if q <= 0.0:
+            if trials >= MAX_TRIALS:
+                break
+            continue
+        g = 0.75 * width * (1.0 - u * u) / np.sqrt(q)
+        if g > fbound:
+            # The bound was too low for this orbit: raise it and start again (keeps sampling exact).
+            violations += 1
+            fbound = 1.2 * g
+            continue
+        if y < g or trials >= MAX_TRIALS:
+            break
+    vr = np.sqrt(q) if q > 0.0 else 0.0
+    if taus_uniform(states, blk) < 0.5:
+        vr = -vr
+    out[0] = x
+    out[1] = vr
+    out[2] = jang / x
+    out[3] = a - b / x
+    out[4] = trials
+    out[5] = violations
+
+
+@njit(cache=True, parallel=True)
+def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
+               r_new, vr_new, vt_new, phi_oo, phi_on, status, counters):
+    """Sample new orbits for the local stars (one kernel over all of them).
+
+    Parameters
+    ----------
+    r_all, phi_all, mcum_all : ndarray, shape (N,)
+        Replicated sorted radii, potential and enclosed mass of all stars (old potential).
+    offset : int
+        Global index of local star 0; local star ``i`` is ``r_all[offset + i]``.
+    m, vr, vt : ndarray, shape (n,)
+        Local masses and velocities after relaxation [Hénon units].
+    states : ndarray of uint32, shape (ceil(n/20), 4)
+        Random sub-stream state of each 20-star block, advanced in place.
+    r_tidal : float
+        Stars whose apocentre exceeds it escape; ``<= 0`` disables the tidal cut.
+    r_new, vr_new, vt_new : ndarray, shape (n,)
+        Output radius and velocities; unchanged for escapers.
+    phi_oo, phi_on : ndarray, shape (n,)
+        Output potential (own shell removed) of the old potential at the old and new radius.
+    status : ndarray of int8, shape (n,)
+        ``ORBIT_OK`` or an escape reason.
+    counters : ndarray of float64, shape (nblocks, 2)
+        Per block: rejection trials and bound violations.
+    """
+    n = m.shape[0]
+    nblocks = states.shape[0]
+    for blk in prange(nblocks):
+        out = np.empty(6)
+        i0 = blk * 20
+        i1 = min(i0 + 20, n)
+        tr = 0.0
+        viol = 0.0
+        for i in range(i0, i1):
+            s = offset + i
+            rs = r_all[s]
+            ms = m[i]
+            pot = phi_all[s] + ms / rs
+            e = pot + 0.5 * (vr[i] * vr[i] + vt[i] * vt[i])
+            jang = rs * vt[i]
+            phi_oo[i] = pot
+            rmin, rmax, kmin, kmax, dqmin, dqmax = turning_points(
+                r_all, phi_all, mcum_all, s, ms, e, jang)
+            if not np.isfinite(rmax):
+                status[i] = ORBIT_ESCAPED_UNBOUND
+                r_new[i] = rs
+                phi_on[i] = pot
+                continue
+            if r_tidal > 0.0 and rmax > r_tidal:
+                status[i] = ORBIT_ESCAPED_TIDAL
+                r_new[i] = rs
+                phi_on[i] = pot
+                continue
+            status[i] = ORBIT_OK
+            _sample_one(states, blk, r_all, phi_all, mcum_all, s, ms, e, jang, rmin, rmax,
+                        kmin, kmax, dqmin, dqmax, out)
+            r_new[i] = out[0]
+            vr_new[i] = out[1]
+            vt_new[i] = out[2]
+            phi_on[i] = out[3]
+            tr += out[4]
+            viol += out[5]
+        counters[blk, 0] = tr
+        counters[blk, 1] = viol

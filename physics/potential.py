@@ -1,0 +1,99 @@
+"""Spherical potential of a radially sorted set of stars (paper eqs 1-6).
+
+Stars are shells. With stars sorted by radius, ``phi[k]`` is the potential at ``r[k]`` and
+``mcum[k]`` the mass of stars ``0..k`` (star ``k`` included).  Between stars ``k`` and ``k+1``
+the potential is ``phi[k] + mcum[k] * (1/r[k] - 1/r)`` (eq 6 written as a + b/r); inside the
+innermost star it is constant, beyond the outermost ``-M/r``.  The star's own shell is part of
+``phi``; kernels that need the potential a star moves in add back ``m_s / max(r, r_s)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Potential at every star and cumulative mass (eqs 2-5), G = 1.
+
+    Parameters
+    ----------
+    r : ndarray of float64, shape (N,)
+        Radii sorted increasingly [Hénon length].
+    m : ndarray of float64, shape (N,)
+        Masses [Hénon mass].
+
+    Returns
+    -------
+    phi : ndarray, shape (N,)
+        Potential at each star [Hénon energy per unit mass].
+    mcum : ndarray, shape (N,)
+        Mass enclosed by each star, itself included.
+    """
+    n = r.shape[0]
+    phi = np.empty(n)
+    mcum = np.empty(n)
+    acc = 0.0
+    for k in range(n):
+        acc += m[k]
+        mcum[k] = acc
+    if n == 0:
+        return phi, mcum
+    phi[n - 1] = -mcum[n - 1] / r[n - 1]
+    for k in range(n - 2, -1, -1):
+        phi[k] = phi[k + 1] - mcum[k] * (1.0 / r[k] - 1.0 / r[k + 1])
+    return phi, mcum
+
+
+@njit(cache=True)
+def enclosing_index(r: np.ndarray, x: float) -> int:
+    """Number of stars with ``r <= x`` (bisection; ``r`` sorted)."""
+    lo = 0
+    hi = r.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if r[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def potential_at_radius(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray, x: float) -> float:
+    """Potential at radius ``x`` by eq 6 (all stars' shells included)."""
+    k = enclosing_index(r, x)
+    if k == 0:
+        return phi[0]
+    return phi[k - 1] + mcum[k - 1] * (1.0 / r[k - 1] - 1.0 / x)
+
+
+@njit(cache=True)
+def potential_at_radii(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
+                       x: np.ndarray) -> np.ndarray:
+    """Vectorised :func:`potential_at_radius`."""
+    out = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        out[i] = potential_at_radius(r, phi, mcum, x[i])
+    return out
+
+
+def compute_potential_reference(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Plain numpy version of :func:`compute_potential` (eq 1 evaluated directly)."""
+    r = np.asarray(r, dtype=float)
+    m = np.asarray(m, dtype=float)
+    mcum = np.cumsum(m)
+    outer = np.cumsum((m / r)[::-1])[::-1]  # sum_{i >= k} m_i / r_i
+    outer_excl = np.append(outer[1:], 0.0)
+    phi = -mcum / r - outer_excl
+    return phi, mcum
+
+
+def potential_energy(r: np.ndarray, m: np.ndarray, phi: np.ndarray) -> float:
+    """Gravitational energy of the shells without self-energy [Hénon energy].
+
+    ``W = 1/2 sum_i m_i (phi_i + m_i / r_i)``: the pair energy ``-sum_{i<j} m_i m_j / max(r)``;
+    each star's own shell term is removed so that it matches the potential stars move in.
+    """
+    return 0.5 * float(np.sum(m * (phi + m / r)))

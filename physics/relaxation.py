@@ -1,0 +1,196 @@
+"""Two-body relaxation: shared time step from 20-star bins and representative encounters.
+
+Units: masses in Hénon units (total initial mass 1), times in relaxation units
+``t_NB * N0 / ln(gamma N0)``.  With ``m' = N0 m`` and ``n' = n / N0`` the deflection of a pair
+over ``dt`` is (Hénon 1971; paper eq 7)
+
+    beta^2 = 8 pi m12'^2 n' L dt / w^3,   L = ln(gamma N) / ln(gamma N0),
+
+which is N-independent.  With ``T = (pi/32) w^3 / (m12'^2 n' L)``, ``beta = (pi/2) sqrt(dt/T)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from parallel.rng import taus_uniform
+
+#: Neighbours on each side for the local density of a pair (paper: 10).
+DENSITY_NEIGHBOURS = 10
+BIN = 20
+
+
+@njit(cache=True)
+def local_number_density(r_all, g, n0):
+    """``n'`` around global index ``g`` from ``2p`` radial neighbours (p = 10), per N0."""
+    n = r_all.shape[0]
+    lo = g - DENSITY_NEIGHBOURS
+    hi = g + DENSITY_NEIGHBOURS
+    if lo < 0:
+        lo = 0
+    if hi > n - 1:
+        hi = n - 1
+    r_lo = r_all[lo] if lo > 0 else 0.0
+    vol = 4.0 / 3.0 * np.pi * (r_all[hi] ** 3 - r_lo ** 3)
+    count = hi - lo
+    if vol <= 0.0 or count <= 0:
+        return 0.0
+    return count / (vol * n0)
+
+
+@njit(cache=True)
+def bin_relaxation_times(r, m, vr, vt, n0, coulomb_ratio):
+    """Relaxation time ``T_bin`` of each 20-star bin of the local stars.
+
+    ``T = (pi/32) w^3 / (4 <m'^2> n' L)`` with ``w = 4 sigma_3D / sqrt(3 pi)`` the mean relative
+    speed of a Maxwellian, ``n'`` from the bin's shell.  Bins with fewer than 2 stars get inf.
+    """
+    n = r.shape[0]
+    nb = (n + BIN - 1) // BIN
+    out = np.empty(nb)
+    for b in range(nb):
+        i0 = b * BIN
+        i1 = min(i0 + BIN, n)
+        cnt = i1 - i0
+        if cnt < 2:
+            out[b] = np.inf
+            continue
+        v2 = 0.0
+        m2 = 0.0
+        for i in range(i0, i1):
+            v2 += vr[i] * vr[i] + vt[i] * vt[i]
+            mm = m[i] * n0
+            m2 += mm * mm
+        v2 /= cnt
+        m2 /= cnt
+        vol = 4.0 / 3.0 * np.pi * (r[i1 - 1] ** 3 - r[i0] ** 3)
+        if vol <= 0.0 or v2 <= 0.0 or m2 <= 0.0:
+            out[b] = np.inf
+            continue
+        nprime = (cnt - 1) / (vol * n0)
+        w = 4.0 * np.sqrt(v2) / np.sqrt(3.0 * np.pi)
+        out[b] = np.pi / 32.0 * w ** 3 / (4.0 * m2 * nprime * coulomb_ratio)
+    return out
+
+
+@njit(cache=True)
+def scatter_pair(m1, m2, vr1, vt1, vr2, vt2, beta, phi, psi):
+    """Rotate the relative velocity of a pair by ``beta`` (azimuth ``psi``).
+
+    The two transverse velocities are placed at angle ``phi`` to each other.  Momentum and
+    kinetic energy of the pair are conserved exactly.  Returns (vr1, vt1, vr2, vt2).
+    """
+    v1x = vt1
+    v1y = 0.0
+    v1z = vr1
+    v2x = vt2 * np.cos(phi)
+    v2y = vt2 * np.sin(phi)
+    v2z = vr2
+    wx = v1x - v2x
+    wy = v1y - v2y
+    wz = v1z - v2z
+    w = np.sqrt(wx * wx + wy * wy + wz * wz)
+    if w == 0.0:
+        return vr1, vt1, vr2, vt2
+    # two unit vectors perpendicular to w
+    wp = np.sqrt(wx * wx + wy * wy)
+    if wp > 0.0:
+        w1x = wy * w / wp
+        w1y = -wx * w / wp
+        w1z = 0.0
+        w2x = -wx * wz / wp
+        w2y = -wy * wz / wp
+        w2z = wp
+    else:
+        w1x = w
+        w1y = 0.0
+        w1z = 0.0
+        w2x = 0.0
+        w2y = w
+        w2z = 0.0
+    # w1, w2 have length w; new relative velocity w cos(beta) + sin(beta) (w1 cos + w2 sin)
+    cb = np.cos(beta)
+    sb = np.sin(beta)
+    cp = np.cos(psi)
+    sp = np.sin(psi)
+    nwx = wx * cb + sb * (w1x * cp + w2x * sp)
+    nwy = wy * cb + sb * (w1y * cp + w2y * sp)
+    nwz = wz * cb + sb * (w1z * cp + w2z * sp)
+    mt = m1 + m2
+    dx = nwx - wx
+    dy = nwy - wy
+    dz = nwz - wz
+    f1 = m2 / mt
+    f2 = m1 / mt
+    n1x = v1x + f1 * dx
+    n1y = v1y + f1 * dy
+    n1z = v1z + f1 * dz
+    n2x = v2x - f2 * dx
+    n2y = v2y - f2 * dy
+    n2z = v2z - f2 * dz
+    return n1z, np.sqrt(n1x * n1x + n1y * n1y), n2z, np.sqrt(n2x * n2x + n2y * n2y)
+
+
+@njit(cache=True, parallel=True)
+def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_stats):
+    """Apply one representative encounter to each radial-neighbour pair (in place).
+
+    Pairs are local stars (2i, 2i+1) inside each 20-star block, so a pair never straddles a
+    block or an MPI rank; an odd last star is left alone.  Two random numbers per pair (the
+    angle between the transverse velocities and the azimuth of the deflection), drawn from
+    the block's sub-stream.
+
+    Parameters
+    ----------
+    r_all : ndarray
+        Replicated sorted radii of all stars.
+    offset : int
+        Global index of local star 0.
+    m, vr, vt : ndarray
+        Local masses and velocities; ``vr`` and ``vt`` are updated.
+    states : ndarray of uint32, shape (nblocks, 4)
+        Sub-stream state per block.
+    dt : float
+        Time step [relaxation units].
+    n0 : float
+        Initial number of stars (unit conversion).
+    coulomb_ratio : float
+        ``ln(gamma N) / ln(gamma N0)``.
+    beta_stats : ndarray, shape (nblocks, 2)
+        Output per block: sum of beta, number of pairs with beta capped at pi/2.
+    """
+    n = m.shape[0]
+    nb = states.shape[0]
+    for b in prange(nb):
+        i0 = b * BIN
+        i1 = min(i0 + BIN, n)
+        bsum = 0.0
+        capped = 0.0
+        for i in range(i0, i1 - 1, 2):
+            j = i + 1
+            phi = 2.0 * np.pi * taus_uniform(states, b)
+            psi = 2.0 * np.pi * taus_uniform(states, b)
+            # relative speed with the same phi used for the scattering geometry
+            dx = vt[i] - vt[j] * np.cos(phi)
+            dy = -vt[j] * np.sin(phi)
+            dz = vr[i] - vr[j]
+            w = np.sqrt(dx * dx + dy * dy + dz * dz)
+            if w == 0.0:
+                continue
+            npr = 0.5 * (local_number_density(r_all, offset + i, n0)
+                         + local_number_density(r_all, offset + j, n0))
+            m12 = (m[i] + m[j]) * n0
+            beta2 = 8.0 * np.pi * m12 * m12 * npr * coulomb_ratio * dt / (w * w * w)
+            beta = np.sqrt(beta2)
+            if beta > 0.5 * np.pi:
+                beta = 0.5 * np.pi
+                capped += 1.0
+            bsum += beta
+            a, c, d, e = scatter_pair(m[i], m[j], vr[i], vt[i], vr[j], vt[j], beta, phi, psi)
+            vr[i] = a
+            vt[i] = c
+            vr[j] = d
+            vt[j] = e
+        beta_stats[b, 0] = bsum
+        beta_stats[b, 1] = capped

@@ -1,0 +1,386 @@
+"""Parallel sort, redistribution and communication helpers under MPI.
+
+Run with any number of ranks (``mpiexec -n P python -m pytest tests/mpi``, or
+plain pytest for P = 1). Every test runs on the sub-communicators of sizes
+1..P (fixture ``on_subcomms``), gathers the outcome on all world ranks and
+only then asserts, identically on every rank, so a failure cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parallel.comm import (
+    allgatherv_array,
+    allreduce_max,
+    allreduce_min,
+    allreduce_sum,
+    exscan_sum,
+)
+from parallel.decomposition import block_counts
+from parallel.sample_sort import parallel_sort, redistribute_to_blocks, sample_sort
+
+MPI = pytest.importorskip("mpi4py.MPI")
+
+pytestmark = pytest.mark.mpi
+
+CASES = ("random", "sorted", "reversed", "clustered", "duplicates")
+LAYOUTS = ("even", "uneven", "first", "last", "interleaved")
+SIZES = (0, 1, 7, 19, 20, 45, 333, 1003, 4000)
+
+
+# ---------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------
+
+
+def global_stars(case: str, n: int, seed: int = 2024) -> dict[str, np.ndarray]:
+    """The same global star set on every rank (fixed seed)."""
+    rng = np.random.default_rng([seed, CASES.index(case), n])
+    if case == "clustered":
+        # Dense core: 90% of the keys in [0, 1e-3]; sparse halo out to 1e3.
+        core = rng.random(n) < 0.9
+        r = np.where(core, rng.uniform(0.0, 1e-3, n), 10.0 ** rng.uniform(-3.0, 3.0, n))
+    elif case == "duplicates":
+        r = rng.choice(np.array([0.1, 0.5, 1.0, 2.0, 7.5]), n)
+    else:
+        r = rng.exponential(1.0, n)
+    ids = (rng.permutation(n) * 7 + 3).astype(np.int64)
+    stars = {
+        "r": r,
+        "id": ids,
+        "m": rng.random(n),
+        "kind": rng.integers(0, 15, n).astype(np.int32),
+        "flag": (ids % 3).astype(np.int8),
+    }
+    if case in ("sorted", "reversed"):
+        order = np.lexsort((ids, r))
+        if case == "reversed":
+            order = order[::-1]
+        stars = {k: v[order] for k, v in stars.items()}
+    return stars
+
+
+def reference_sort(stars: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    order = np.lexsort((stars["id"], stars["r"]))
+    return {k: v[order] for k, v in stars.items()}
+
+
+def local_indices(layout: str, n: int, p: int, rank: int) -> np.ndarray:
+    """Indices of the global stars rank ``rank`` of ``p`` starts with."""
+    if layout == "even":
+        return np.array_split(np.arange(n), p)[rank]
+    if layout == "uneven":
+        rng = np.random.default_rng([7, n, p])
+        cuts = np.sort(rng.integers(0, n + 1, p - 1))
+        edges = np.concatenate(([0], cuts, [n]))
+        return np.arange(edges[rank], edges[rank + 1])
+    if layout == "first":
+        return np.arange(n) if rank == 0 else np.arange(0)
+    if layout == "last":
+        return np.arange(n) if rank == p - 1 else np.arange(0)
+    if layout == "interleaved":
+        return np.arange(rank, n, p)
+    raise AssertionError(layout)
+
+
+def take(stars: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[idx] for k, v in stars.items()}
+
+
+# ---------------------------------------------------------------------------
+# checks (on gathered data, identical on every rank)
+# ---------------------------------------------------------------------------
+
+
+def values(outcomes: list) -> list:
+    errors = [o[1] for o in outcomes if o[0] != "ok"]
+    assert not errors, errors
+    return [o[1] for o in outcomes]
+
+
+def check_global_order(parts: list[dict], expected: dict[str, np.ndarray]) -> None:
+    """Concatenated parts are sorted by (r, id) and equal the reference, field by field."""
+    for part in parts:
+        assert list(part) == list(expected)
+        assert len({len(v) for v in part.values()}) == 1
+    got = {k: np.concatenate([part[k] for part in parts]) for k in expected}
+    r, ids = got["r"], got["id"]
+    assert np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (ids[1:] > ids[:-1])))
+    # Nothing lost or duplicated.
+    np.testing.assert_array_equal(np.sort(ids), np.sort(expected["id"]))
+    # Every record intact (the reference order is unique since ids are).
+    for k, v in expected.items():
+        assert got[k].dtype == v.dtype, k
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+
+
+def check_blocks(parts: list[dict], expected: dict[str, np.ndarray], p: int, chunk: int = 20):
+    n = len(expected["id"])
+    assert [len(part["id"]) for part in parts] == block_counts(n, p, chunk).tolist()
+    check_global_order(parts, expected)
+
+
+# ---------------------------------------------------------------------------
+# parallel_sort
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("n", SIZES)
+def test_parallel_sort(on_subcomms, n, case, layout):
+    stars = global_stars(case, n)
+    expected = reference_sort(stars)
+
+    def run(comm):
+        return parallel_sort(comm, take(stars, local_indices(layout, n, comm.size, comm.rank)))
+
+    for p, outcomes in on_subcomms(run).items():
+        check_blocks(values(outcomes), expected, p)
+
+
+@pytest.mark.parametrize("sample_size", [1, 2, 5, None, 100000])
+@pytest.mark.parametrize("case", ["clustered", "duplicates"])
+def test_parallel_sort_sample_sizes(on_subcomms, case, sample_size):
+    n = 2017
+    stars = global_stars(case, n)
+    expected = reference_sort(stars)
+
+    def run(comm):
+        local = take(stars, local_indices("uneven", n, comm.size, comm.rank))
+        return parallel_sort(comm, local, sample_size=sample_size)
+
+    for p, outcomes in on_subcomms(run).items():
+        check_blocks(values(outcomes), expected, p)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 20, 64])
+def test_parallel_sort_chunk(on_subcomms, chunk):
+    n = 531
+    stars = global_stars("random", n)
+    expected = reference_sort(stars)
+
+    def run(comm):
+        local = take(stars, local_indices("interleaved", n, comm.size, comm.rank))
+        return parallel_sort(comm, local, chunk=chunk)
+
+    for p, outcomes in on_subcomms(run).items():
+        check_blocks(values(outcomes), expected, p, chunk)
+
+
+def test_repeated_sorts(on_subcomms):
+    """Several 'time steps': perturb r on the owning rank, sort again."""
+    n = 1500
+    stars = global_stars("clustered", n)
+
+    def run(comm):
+        local = take(stars, local_indices("even", n, comm.size, comm.rank))
+        history = []
+        for step in range(4):
+            local = parallel_sort(comm, local)
+            history.append(local)
+            # Deterministic per-star perturbation (depends on id only, not on P).
+            local = dict(local)
+            local["r"] = local["r"] * (1.0 + 0.1 * np.sin(local["id"] * (step + 1.0)))
+        return history
+
+    outcomes = on_subcomms(run)
+    ref = dict(stars)
+    expected_steps = []
+    for step in range(4):
+        ref = reference_sort(ref)
+        expected_steps.append(ref)
+        ref = dict(ref)
+        ref["r"] = ref["r"] * (1.0 + 0.1 * np.sin(ref["id"] * (step + 1.0)))
+    for p, outs in outcomes.items():
+        histories = values(outs)
+        for step in range(4):
+            check_blocks([h[step] for h in histories], expected_steps[step], p)
+
+
+def test_parallel_sort_vector_field(on_subcomms):
+    n = 250
+    stars = global_stars("random", n)
+    stars["pos"] = np.stack([stars["r"], -stars["r"], stars["m"]], axis=1)
+    expected = reference_sort(stars)
+
+    def run(comm):
+        return parallel_sort(comm, take(stars, local_indices("uneven", n, comm.size, comm.rank)))
+
+    for p, outcomes in on_subcomms(run).items():
+        parts = values(outcomes)
+        assert [len(x["id"]) for x in parts] == block_counts(n, p).tolist()
+        got = np.concatenate([x["pos"] for x in parts])
+        assert got.shape == (n, 3)
+        np.testing.assert_array_equal(got, expected["pos"])
+
+
+def test_parallel_sort_no_tiebreak(on_subcomms):
+    n = 777
+    stars = global_stars("random", n)  # continuous keys: unique
+    expected = reference_sort(stars)
+
+    def run(comm):
+        local = take(stars, local_indices("interleaved", n, comm.size, comm.rank))
+        return parallel_sort(comm, local, tiebreak=None)
+
+    for p, outcomes in on_subcomms(run).items():
+        check_blocks(values(outcomes), expected, p)
+
+
+# ---------------------------------------------------------------------------
+# the two phases separately
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["even", "first", "interleaved"])
+@pytest.mark.parametrize("case", CASES)
+def test_sample_sort_alone(on_subcomms, case, layout):
+    n = 1203
+    stars = global_stars(case, n)
+    expected = reference_sort(stars)
+
+    def run(comm):
+        return sample_sort(comm, take(stars, local_indices(layout, n, comm.size, comm.rank)))
+
+    for _, outcomes in on_subcomms(run).items():
+        check_global_order(values(outcomes), expected)
+
+
+@pytest.mark.parametrize("n", [0, 5, 20, 61, 999])
+@pytest.mark.parametrize("layout", LAYOUTS[:4])
+def test_redistribute_alone(on_subcomms, n, layout):
+    # Globally ordered input with arbitrary (also empty) local sizes.
+    expected = reference_sort(global_stars("random", n))
+
+    def run(comm):
+        idx = local_indices(layout, n, comm.size, comm.rank)
+        return redistribute_to_blocks(comm, take(expected, idx))
+
+    for p, outcomes in on_subcomms(run).items():
+        check_blocks(values(outcomes), expected, p)
+
+
+# ---------------------------------------------------------------------------
+# errors are raised collectively
+# ---------------------------------------------------------------------------
+
+
+def _bad_on_last_rank(kind: str):
+    n = 100
+    stars = global_stars("random", n)
+
+    def run(comm):
+        local = take(stars, local_indices("even", n, comm.size, comm.rank))
+        if comm.rank == comm.size - 1:
+            if kind == "nan":
+                local["r"][:1] = np.nan
+            elif kind == "missing":
+                del local["id"]
+            elif kind == "dtype":
+                local["kind"] = local["kind"].astype(np.int64)
+            elif kind == "length":
+                local["m"] = local["m"][:-1] if len(local["m"]) else np.zeros(1)
+        return parallel_sort(comm, local)
+
+    return run
+
+
+@pytest.mark.parametrize("kind", ["nan", "missing", "length"])
+def test_invalid_input_raises_on_all_ranks(on_subcomms, kind):
+    for _, outcomes in on_subcomms(_bad_on_last_rank(kind)).items():
+        assert all(o[0] == "err" and o[1].startswith("ValueError") for o in outcomes), outcomes
+
+
+def test_dtype_mismatch_raises_on_all_ranks(on_subcomms):
+    for p, outcomes in on_subcomms(_bad_on_last_rank("dtype")).items():
+        if p == 1:
+            values(outcomes)  # a single rank cannot disagree with itself
+        else:
+            assert all(o[0] == "err" and "dtype" in o[1] for o in outcomes), outcomes
+
+
+def test_redistribute_dtype_mismatch_raises_on_all_ranks(on_subcomms):
+    expected = reference_sort(global_stars("random", 60))
+
+    def run(comm):
+        local = take(expected, local_indices("even", 60, comm.size, comm.rank))
+        if comm.rank == 0 and comm.size > 1:
+            local["id"] = local["id"].astype(np.float64)
+        return redistribute_to_blocks(comm, local)
+
+    for p, outcomes in on_subcomms(run).items():
+        if p == 1:
+            values(outcomes)
+        else:
+            assert all(o[0] == "err" and "dtype" in o[1] for o in outcomes), outcomes
+
+
+# ---------------------------------------------------------------------------
+# parallel.comm helpers
+# ---------------------------------------------------------------------------
+
+
+def test_reduction_helpers(on_subcomms):
+    def run(comm):
+        k = comm.rank
+        return (
+            allreduce_sum(comm, np.array([1.0, k, 2 * k])),
+            allreduce_sum(comm, np.array([1, k], dtype=np.int32)),
+            allreduce_min(comm, np.array([k, -k, 0.5])),
+            allreduce_max(comm, np.array([k, -k])),
+            allreduce_sum(comm, 2.5),
+            exscan_sum(comm, k + 1),
+        )
+
+    for p, outcomes in on_subcomms(run).items():
+        ranks = np.arange(p)
+        for k, res in enumerate(values(outcomes)):
+            s_f, s_i, mn, mx, scalar, ex = res
+            np.testing.assert_array_equal(s_f, [p, ranks.sum(), 2 * ranks.sum()])
+            assert s_f.dtype == np.float64
+            np.testing.assert_array_equal(s_i, [p, ranks.sum()])
+            assert s_i.dtype == np.int64
+            np.testing.assert_array_equal(mn, [0, -(p - 1), 0.5])
+            np.testing.assert_array_equal(mx, [p - 1, 0])
+            assert scalar == 2.5 * p and np.ndim(scalar) == 0
+            assert ex == int((ranks[:k] + 1).sum()) and isinstance(ex, int)
+
+
+@pytest.mark.parametrize("kind", ["float", "int", "rows", "records"])
+def test_allgatherv_array(on_subcomms, kind):
+    def local_part(k):
+        n = (3 * k + 1) % 4  # sizes 1, 0, 3, 2, ...: includes an empty rank
+        base = np.arange(n) + 100 * k
+        if kind == "float":
+            return base * 0.5
+        if kind == "int":
+            return base.astype(np.int64)
+        if kind == "rows":
+            return np.stack([base, -base], axis=1).astype(np.float64)
+        rec = np.empty(n, dtype=[("a", np.float64), ("b", np.int32)])
+        rec["a"], rec["b"] = base * 0.25, base
+        return rec
+
+    def run(comm):
+        return allgatherv_array(comm, local_part(comm.rank))
+
+    for p, outcomes in on_subcomms(run).items():
+        expected = np.concatenate([local_part(k) for k in range(p)])
+        for got in values(outcomes):
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_allgatherv_array_mismatch_raises_on_all_ranks(on_subcomms):
+    def run(comm):
+        dtype = np.int32 if comm.rank == comm.size - 1 and comm.size > 1 else np.float64
+        return allgatherv_array(comm, np.zeros(3, dtype=dtype))
+
+    for p, outcomes in on_subcomms(run).items():
+        if p == 1:
+            values(outcomes)
+        else:
+            assert all(o[0] == "err" and o[1].startswith("ValueError") for o in outcomes)
