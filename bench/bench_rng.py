@@ -51,11 +51,12 @@ def _per_call(states, n):
 
 @njit(cache=True)
 def _per_call_rows(states, n):
-    # Engine-like access: a different generator row (block) for each draw.
+    # Engine-like access: a different generator row (block) for each draw;
+    # the row count is a power of two so the index costs a mask, not a division.
     acc = 0.0
-    m = states.shape[0]
+    mask = states.shape[0] - 1
     for k in range(n):
-        acc += taus_uniform(states, k % m)
+        acc += taus_uniform(states, k & mask)
     return acc
 
 

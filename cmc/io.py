@@ -44,7 +44,9 @@ def write_star_group(group: h5py.Group, stars: dict[str, np.ndarray]) -> None:
     """Write the saved star fields as columns with unit and meaning attributes."""
     for name in SAVED_FIELDS:
         f = FIELD_BY_NAME[name]
-        ds = group.create_dataset(name, data=np.asarray(stars[name], dtype=f.dtype))
+        n = len(stars["r"])
+        data = stars[name] if name in stars else np.full(n, f.default)
+        ds = group.create_dataset(name, data=np.asarray(data, dtype=f.dtype))
         ds.attrs["unit"] = f.unit
         ds.attrs["meaning"] = f.meaning
 

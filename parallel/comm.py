@@ -356,9 +356,10 @@ def allgatherv_array(comm: Any, local: np.ndarray) -> np.ndarray:
     ValueError
         On every rank, if trailing shapes or dtypes differ between ranks.
     """
-    local = np.ascontiguousarray(local)
+    local = np.asarray(local)
     if local.ndim == 0:
         raise ValueError("allgatherv_array needs an array with at least one dimension")
+    local = np.ascontiguousarray(local)
     if comm.Get_size() == 1:
         return local.copy()
     from mpi4py import MPI

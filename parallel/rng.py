@@ -43,9 +43,10 @@ Both cost O(log n) and accept any ``n >= 0``.
 Streams and sub-streams
 -----------------------
 Stream ``k`` of seed ``s`` starts ``k * STREAM_JUMP`` (``2**80``) steps after
-:func:`seed_state` ``(s)``: one stream per MPI rank, and about ``2**33``
-non-overlapping streams fit in the period.  Within a stream, sub-stream ``j``
-starts a further ``j * SUBSTREAM_JUMP`` (``2**60``) steps on; there is one
+:func:`seed_state` ``(s)``: one stream per MPI rank.  A little under ``2**33``
+non-overlapping streams fit in the period; ``MAX_STREAMS = 2**32`` are
+allowed.  Within a stream, sub-stream ``j`` starts a further
+``j * SUBSTREAM_JUMP`` (``2**60``) steps on; there is one
 sub-stream per 20-star block, so the random numbers of a star depend on its
 block and not on how many draws other blocks made.  ``2**20`` sub-streams of
 ``2**60`` draws each fill exactly one stream, so nothing overlaps as long as a
@@ -145,7 +146,7 @@ def _step4(z1, z2, z3, z4):
 
 
 @njit(cache=True)
-def taus_next_u32(states, i):
+def taus_next_u32(states: np.ndarray, i: int) -> np.uint32:
     """Advance generator ``i`` one step and return its 32-bit output.
 
     Parameters
@@ -174,7 +175,7 @@ def taus_next_u32(states, i):
 
 
 @njit(cache=True)
-def taus_uniform(states, i):
+def taus_uniform(states: np.ndarray, i: int) -> float:
     """Advance generator ``i`` and return a double in the open interval (0, 1).
 
     Parameters
@@ -189,11 +190,13 @@ def taus_uniform(states, i):
     float
         ``(u + 0.5) * 2**-32`` with ``u`` the 32-bit output; never 0 or 1.
     """
-    return (np.float64(taus_next_u32(states, i)) + 0.5) * _TWO_M32
+    # Via int64: the value fits, and signed int -> double is one instruction
+    # where unsigned 64-bit -> double needs a fix-up sequence on x86.
+    return (np.float64(np.int64(taus_next_u32(states, i))) + 0.5) * _TWO_M32
 
 
 @njit(cache=True)
-def fill_uniform(states, i, out):
+def fill_uniform(states: np.ndarray, i: int, out: np.ndarray) -> None:
     """Fill ``out`` with consecutive open-(0, 1) doubles of generator ``i``.
 
     Equivalent to ``out[k] = taus_uniform(states, i)`` for every ``k`` but keeps
@@ -214,7 +217,8 @@ def fill_uniform(states, i, out):
     z4 = np.uint64(states[i, 3])
     for k in range(out.shape[0]):
         z1, z2, z3, z4 = _step4(z1, z2, z3, z4)
-        out[k] = (np.float64(z1 ^ z2 ^ z3 ^ z4) + 0.5) * _TWO_M32
+        # int64 detour: see taus_uniform.
+        out[k] = (np.float64(np.int64(z1 ^ z2 ^ z3 ^ z4)) + 0.5) * _TWO_M32
     states[i, 0] = np.uint32(z1)
     states[i, 1] = np.uint32(z2)
     states[i, 2] = np.uint32(z3)
@@ -222,7 +226,7 @@ def fill_uniform(states, i, out):
 
 
 @njit(cache=True)
-def fill_u32(states, i, out):
+def fill_u32(states: np.ndarray, i: int, out: np.ndarray) -> None:
     """Fill ``out`` with consecutive raw 32-bit outputs of generator ``i``.
 
     Parameters
@@ -248,7 +252,7 @@ def fill_u32(states, i, out):
 
 
 @njit(cache=True)
-def apply_jump(states, i, jm):
+def apply_jump(states: np.ndarray, i: int, jm: np.ndarray) -> None:
     """Jump generator ``i`` by the distance encoded in ``jm``, in place.
 
     Parameters
@@ -273,7 +277,7 @@ def apply_jump(states, i, jm):
 
 
 @njit(cache=True)
-def jump_tables(jm):
+def jump_tables(jm: np.ndarray) -> np.ndarray:
     """Expand jump matrices into byte lookup tables for :func:`apply_jump_tables`.
 
     Parameters
@@ -300,7 +304,7 @@ def jump_tables(jm):
 
 
 @njit(cache=True)
-def apply_jump_tables(states, i, jt):
+def apply_jump_tables(states: np.ndarray, i: int, jt: np.ndarray) -> None:
     """Same as :func:`apply_jump` with tables from :func:`jump_tables`.
 
     Sixteen table look-ups instead of 128 column XORs: worth it when one

@@ -217,8 +217,14 @@ def test_plummer_truncated() -> None:
     _check_star_set(st, n)
     k, w = shell_energies(st["r"], st["vr"], st["vt"], st["m"])
     assert math.isclose(k + w, -0.25, rel_tol=1e-12)
-    # Cut at r_max virial radii of the untruncated model, then rescaled by a factor near 1.
-    assert 0.9 * r_max < st["r"][-1] < 1.05 * r_max
+    # Cut at r_max virial radii of the untruncated model, then rescaled: the ratio of the
+    # outermost star to the half-mass radius is bounded by that of the truncated model.
+    x_cut = r_max * 16.0 / (3.0 * math.pi)  # model units a = 1
+    f_cut = (x_cut**2 / (1.0 + x_cut**2)) ** 1.5
+    x_half = 1.0 / math.sqrt((0.5 * f_cut) ** (-2.0 / 3.0) - 1.0)
+    ratio = st["r"][-1] / _lagrange(st, 0.5)
+    assert 0.95 * x_cut / x_half < ratio < 1.03 * x_cut / x_half
+    assert 1.0 < st["r"][-1] / r_max < 1.2  # rescaling factor ~1.14 for r_max = 3
 
 
 def test_plummer_with_masses_no_segregation() -> None:

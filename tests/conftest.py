@@ -1,0 +1,27 @@
+"""Shared fixtures: small sampled clusters built with the project's own streams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cmc.initial import initial_generator
+from physics.initial_conditions import plummer
+
+
+@pytest.fixture(scope="session")
+def plummer_5k():
+    """A Plummer model of 5000 equal-mass stars (Hénon units, sorted)."""
+    return plummer(5000, initial_generator(7))
+
+
+@pytest.fixture(scope="session")
+def plummer_20k():
+    return plummer(20000, initial_generator(11))
+
+
+def rng_states(n: int, seed: int = 3) -> np.ndarray:
+    """``n`` independent sub-stream states (test helper)."""
+    from parallel.streams import Streams
+
+    return np.ascontiguousarray(Streams.create(seed, 1, n).states[0])

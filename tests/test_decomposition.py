@@ -1,0 +1,334 @@
+"""Serial tests of the block decomposition, the SerialComm stand-in and the serial sort path."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from parallel.comm import (
+    SerialComm,
+    allgatherv_array,
+    allreduce_max,
+    allreduce_min,
+    allreduce_sum,
+    exscan_sum,
+    get_world_comm,
+    is_root,
+)
+from parallel.decomposition import (
+    MIN_CHUNK,
+    block_counts,
+    block_layout,
+    global_index,
+    owner_of_global_index,
+    rank_bounds,
+    rank_offsets,
+)
+from parallel.sample_sort import (
+    pack_records,
+    parallel_sort,
+    redistribute_to_blocks,
+    sample_sort,
+    unpack_records,
+)
+
+# (N, P) pairs: multiples of 20 and not, N < 20, N = 0, P larger than the number of blocks.
+NS = [0, 1, 19, 20, 21, 39, 40, 45, 59, 100, 119, 450, 1000, 1003, 12345]
+PS = [1, 2, 3, 4, 5, 7, 8, 16, 64]
+GRID = [(n, p) for n in NS for p in PS]
+
+
+# ---------------------------------------------------------------------------
+# block_counts, offsets
+# ---------------------------------------------------------------------------
+
+
+def test_min_chunk():
+    assert MIN_CHUNK == 20
+
+
+def test_paper_example():
+    # Section 3.5: 450 stars on 4 processors -> 120, 120, 100, 110.
+    np.testing.assert_array_equal(block_counts(450, 4), [120, 120, 100, 110])
+    np.testing.assert_array_equal(rank_offsets(450, 4), [0, 120, 240, 340])
+
+
+@pytest.mark.parametrize("n,p", GRID)
+def test_block_counts(n, p):
+    counts = block_counts(n, p)
+    assert counts.dtype == np.int64 and counts.shape == (p,)
+    assert counts.sum() == n
+    assert np.all(counts >= 0)
+    # All ranks but the last hold whole blocks; the last also the remainder.
+    assert np.all(counts[:-1] % MIN_CHUNK == 0)
+    assert counts[-1] % MIN_CHUNK == n % MIN_CHUNK
+    blocks = counts // MIN_CHUNK
+    nblocks = n // MIN_CHUNK
+    extra = nblocks % p
+    assert blocks.sum() == nblocks
+    assert np.all(blocks[:extra] == nblocks // p + 1)
+    assert np.all(blocks[extra:] == nblocks // p)
+    # Load balance: at most one block plus the remainder apart.
+    assert counts.max() - counts.min() <= 2 * MIN_CHUNK - 1
+
+
+@pytest.mark.parametrize("n,p", GRID)
+def test_offsets(n, p):
+    counts = block_counts(n, p)
+    offsets = rank_offsets(n, p)
+    bounds = rank_bounds(n, p)
+    assert offsets.dtype == np.int64
+    np.testing.assert_array_equal(offsets, np.concatenate(([0], np.cumsum(counts)[:-1])))
+    np.testing.assert_array_equal(bounds, np.concatenate(([0], np.cumsum(counts))))
+    assert np.all(offsets % MIN_CHUNK == 0)
+
+
+def test_empty_ranks():
+    # More ranks than blocks: middle ranks are empty, the last holds the remainder.
+    np.testing.assert_array_equal(block_counts(45, 4), [20, 20, 0, 5])
+    np.testing.assert_array_equal(block_counts(40, 4), [20, 20, 0, 0])
+    np.testing.assert_array_equal(block_counts(7, 3), [0, 0, 7])
+    np.testing.assert_array_equal(block_counts(0, 3), [0, 0, 0])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_block_counts_other_chunk(chunk):
+    for n in (0, 5, 64, 100, 1000):
+        for p in (1, 3, 8):
+            counts = block_counts(n, p, chunk)
+            assert counts.sum() == n
+            assert np.all(counts[:-1] % chunk == 0)
+
+
+# ---------------------------------------------------------------------------
+# eq 17 and owners
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,p", GRID)
+def test_eq17_matches_offsets(n, p):
+    counts = block_counts(n, p)
+    offsets = rank_offsets(n, p)
+    for rank in range(p):
+        local = np.arange(counts[rank])
+        np.testing.assert_array_equal(global_index(local, rank, n, p), offsets[rank] + local)
+        if counts[rank]:
+            assert int(global_index(0, rank, n, p)) == offsets[rank]
+    # Vectorised over ranks as well: every star exactly once.
+    ranks = np.repeat(np.arange(p), counts)
+    local = np.arange(n) - np.repeat(offsets, counts)
+    np.testing.assert_array_equal(global_index(local, ranks, n, p), np.arange(n))
+
+
+@pytest.mark.parametrize("n,p", GRID)
+def test_owner_of_global_index(n, p):
+    g = np.arange(n)
+    owner = owner_of_global_index(g, n, p)
+    bounds = rank_bounds(n, p)
+    assert owner.dtype == np.int64
+    assert np.all((bounds[owner] <= g) & (g < bounds[owner + 1]))
+    np.testing.assert_array_equal(np.bincount(owner, minlength=p), block_counts(n, p))
+    if n:
+        assert int(owner_of_global_index(n - 1, n, p)) == p - 1 or block_counts(n, p)[-1] == 0
+
+
+# ---------------------------------------------------------------------------
+# block_layout
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,p", GRID)
+def test_block_layout(n, p):
+    owner, local_block = block_layout(n, p)
+    nblk = -(-n // MIN_CHUNK)
+    assert owner.shape == local_block.shape == (nblk,)
+    assert owner.dtype == local_block.dtype == np.int64
+    counts = block_counts(n, p)
+    offsets = rank_offsets(n, p)
+    starts = np.arange(nblk) * MIN_CHUNK
+    stops = np.minimum(starts + MIN_CHUNK, n)
+    # Local block j of rank k covers local stars [20j, 20j + 20) ∩ [0, n_k).
+    loc_start = local_block * MIN_CHUNK
+    loc_stop = np.minimum(loc_start + MIN_CHUNK, counts[owner])
+    np.testing.assert_array_equal(offsets[owner] + loc_start, starts)
+    np.testing.assert_array_equal(offsets[owner] + loc_stop, stops)
+    for k in range(p):
+        mine = local_block[owner == k]
+        np.testing.assert_array_equal(mine, np.arange(-(-counts[k] // MIN_CHUNK)))
+    if n % MIN_CHUNK:
+        assert owner[-1] == p - 1
+
+
+# ---------------------------------------------------------------------------
+# bad input
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(-1, 2), (10, 0), (10, -3), (10.0, 2), (10, 2.5), (True, 2), (10, 2, 0)],
+)
+def test_bad_decomposition_input(args):
+    with pytest.raises(ValueError):
+        block_counts(*args)
+    with pytest.raises(ValueError):
+        rank_offsets(*args)
+    with pytest.raises(ValueError):
+        block_layout(*args)
+
+
+def test_bad_index_input():
+    with pytest.raises(ValueError):
+        global_index(0, 4, 100, 4)
+    with pytest.raises(ValueError):
+        global_index(0, -1, 100, 4)
+    with pytest.raises(ValueError):
+        owner_of_global_index(100, 100, 4)
+    with pytest.raises(ValueError):
+        owner_of_global_index(-1, 100, 4)
+    with pytest.raises(ValueError):
+        owner_of_global_index(0, 0, 1)
+
+
+def test_numpy_integers_accepted():
+    np.testing.assert_array_equal(block_counts(np.int64(45), np.int32(2)), [20, 25])
+
+
+# ---------------------------------------------------------------------------
+# SerialComm and helpers
+# ---------------------------------------------------------------------------
+
+
+def test_serial_comm_basics():
+    comm = SerialComm()
+    assert comm.Get_rank() == comm.rank == 0
+    assert comm.Get_size() == comm.size == 1
+    assert is_root(comm)
+    assert comm.Split(3, 0) is comm
+    comm.Barrier()
+    comm.Free()
+    assert comm.bcast({"a": 1}) == {"a": 1}
+    obj = [np.arange(3)]
+    red = comm.allreduce(obj)
+    assert red is not obj and np.array_equal(red[0], obj[0])
+    assert comm.allgather(5) == [5] and comm.gather(5) == [5]
+    assert comm.exscan(5) is None
+    with pytest.raises(SystemExit):
+        comm.Abort(3)
+
+
+def test_serial_comm_buffers():
+    comm = SerialComm()
+    send = np.arange(4.0)
+    recv = np.zeros(4)
+    comm.Allreduce(send, recv)
+    np.testing.assert_array_equal(recv, send)
+    recv = np.full(1, -7, dtype=np.int64)
+    comm.Exscan(np.array([5], dtype=np.int64), recv)
+    assert recv[0] == -7  # untouched: undefined on rank 0 in MPI
+    recv = np.zeros(6)
+    comm.Allgatherv(send, [recv, ([4], [2])])
+    np.testing.assert_array_equal(recv, [0, 0, 0, 1, 2, 3])
+    rec = pack_records({"a": np.arange(3.0), "b": np.arange(3, dtype=np.int32)})
+    out = np.empty(3, dtype=rec.dtype)
+    nb = rec.nbytes
+    comm.Alltoallv(
+        [rec.view(np.uint8), ([nb], [0]), None], [out.view(np.uint8), ([nb], [0]), None]
+    )
+    np.testing.assert_array_equal(out, rec)
+    counts = np.array([3], dtype=np.int64)
+    rcounts = np.zeros(1, dtype=np.int64)
+    comm.Alltoall(counts, rcounts)
+    assert rcounts[0] == 3
+
+
+def test_helpers_serial():
+    comm = SerialComm()
+    s = allreduce_sum(comm, np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(s, [1.0, 2.0])
+    assert allreduce_sum(comm, 3) == 3 and np.ndim(allreduce_sum(comm, 3)) == 0
+    assert allreduce_sum(comm, np.array([1, 2], dtype=np.int32)).dtype == np.int64
+    np.testing.assert_array_equal(allreduce_min(comm, [3.0, -1.0]), [3.0, -1.0])
+    np.testing.assert_array_equal(allreduce_max(comm, [3, -1]), [3, -1])
+    assert exscan_sum(comm, 17) == 0
+    a = np.arange(6.0).reshape(3, 2)
+    g = allgatherv_array(comm, a)
+    np.testing.assert_array_equal(g, a)
+    assert g is not a
+    with pytest.raises(ValueError):
+        allgatherv_array(comm, np.float64(1.0))
+
+
+def test_get_world_comm_without_mpi4py(monkeypatch):
+    # A None entry in sys.modules makes "import mpi4py" raise ImportError.
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    assert isinstance(get_world_comm(), SerialComm)
+
+
+# ---------------------------------------------------------------------------
+# records and the serial sort path
+# ---------------------------------------------------------------------------
+
+
+def _stars(n, seed=0, ndistinct=None):
+    rng = np.random.default_rng(seed)
+    r = rng.random(n) if ndistinct is None else rng.integers(0, ndistinct, n) * 0.5
+    return {
+        "r": r,
+        "id": rng.permutation(n).astype(np.int64) + 1000,
+        "m": rng.random(n),
+        "k": rng.integers(0, 10, n).astype(np.int32),
+    }
+
+
+def test_pack_unpack_roundtrip():
+    stars = _stars(50)
+    stars["v"] = np.arange(150.0).reshape(50, 3)
+    rec = pack_records(stars)
+    assert rec.dtype.names == tuple(stars)
+    back = unpack_records(rec)
+    assert list(back) == list(stars)
+    for k, v in stars.items():
+        np.testing.assert_array_equal(back[k], v)
+        assert back[k].dtype == v.dtype and back[k].flags.c_contiguous
+        assert not np.shares_memory(back[k], rec)
+    assert list(unpack_records(rec, ["m", "r"])) == ["m", "r"]
+    with pytest.raises(ValueError):
+        pack_records({"a": np.zeros(3), "b": np.zeros(4)})
+    with pytest.raises(ValueError):
+        pack_records({})
+
+
+@pytest.mark.parametrize("n", [0, 1, 19, 20, 1003])
+@pytest.mark.parametrize("ndistinct", [None, 5])
+def test_parallel_sort_serial(n, ndistinct):
+    stars = _stars(n, seed=n, ndistinct=ndistinct)
+    out = parallel_sort(SerialComm(), stars)
+    order = np.lexsort((stars["id"], stars["r"]))
+    assert list(out) == list(stars)
+    for k, v in stars.items():
+        np.testing.assert_array_equal(out[k], v[order])
+        assert out[k].dtype == v.dtype
+    r, ids = out["r"], out["id"]
+    assert np.all((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (ids[1:] > ids[:-1])))
+    # Same result from the two phases separately.
+    two = redistribute_to_blocks(SerialComm(), sample_sort(SerialComm(), stars))
+    for k in stars:
+        np.testing.assert_array_equal(two[k], out[k])
+    # Inputs untouched, outputs are new arrays.
+    assert not any(np.shares_memory(out[k], stars[k]) for k in stars if n)
+
+
+def test_parallel_sort_serial_errors():
+    stars = _stars(10)
+    with pytest.raises(ValueError):
+        parallel_sort(SerialComm(), stars, key="nope")
+    with pytest.raises(ValueError):
+        parallel_sort(SerialComm(), {**stars, "m": stars["m"][:5]})
+    bad = dict(stars)
+    bad["r"] = bad["r"].copy()
+    bad["r"][3] = np.nan
+    with pytest.raises(ValueError):
+        parallel_sort(SerialComm(), bad)

@@ -1,0 +1,148 @@
+"""Orbit kernel: turning points, conservation of E and J, the sampled radial distribution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import integrate, optimize, stats
+
+from physics.orbits import ORBIT_OK, _sample_one, new_orbits, turning_points
+from physics.potential import compute_potential, compute_potential_reference, potential_at_radius
+from tests.conftest import rng_states
+
+
+def phi_self_removed(r, phi, mcum, s, m_s, x):
+    """Reference: potential at x of all stars but s (plain Python, eq 6)."""
+    return potential_at_radius(r, phi, mcum, x) + m_s / max(x, r[s])
+
+
+def test_potential_matches_reference(plummer_5k):
+    r, m = plummer_5k["r"], plummer_5k["m"]
+    phi, mcum = compute_potential(r, m)
+    phi_ref, mcum_ref = compute_potential_reference(r, m)
+    np.testing.assert_allclose(phi, phi_ref, rtol=1e-12)
+    np.testing.assert_allclose(mcum, mcum_ref, rtol=1e-12)
+    # analytic Plummer potential (a = 3 pi / 16) in the bulk
+    a = 3 * np.pi / 16
+    bulk = (r > 0.1) & (r < 5)
+    np.testing.assert_allclose(phi[bulk], -1 / np.sqrt(r[bulk] ** 2 + a ** 2), rtol=0.03)
+    # interpolation is exact at the stars and continuous
+    for k in (0, 10, 2500, 4999):
+        assert potential_at_radius(r, phi, mcum, r[k]) == pytest.approx(phi[k], rel=1e-13)
+    assert potential_at_radius(r, phi, mcum, 2 * r[-1]) == pytest.approx(-mcum[-1] / (2 * r[-1]))
+
+
+@pytest.mark.parametrize("s", [3, 200, 2500, 4900])
+def test_turning_points_against_root_finder(plummer_5k, s):
+    r, m, vr, vt = (plummer_5k[k] for k in ("r", "m", "vr", "vt"))
+    phi, mcum = compute_potential(r, m)
+    e = phi[s] + m[s] / r[s] + 0.5 * (vr[s] ** 2 + vt[s] ** 2)
+    j = r[s] * vt[s]
+
+    def q(x):
+        return 2 * e - 2 * phi_self_removed(r, phi, mcum, s, m[s], x) - j * j / (x * x)
+
+    rmin, rmax, kmin, kmax, dqmin, dqmax = turning_points(r, phi, mcum, s, m[s], e, j)
+    ref_min = optimize.brentq(q, 1e-12, r[s] * (1 - 1e-15) if q(r[s]) > 0 else r[s])
+    ref_max = optimize.brentq(q, r[s], 1e3)
+    assert rmin == pytest.approx(ref_min, rel=1e-9)
+    assert rmax == pytest.approx(ref_max, rel=1e-9)
+    assert rmin <= r[s] <= rmax
+    assert dqmin > 0 > dqmax
+
+
+def _orbit_setup(plummer_5k, s):
+    r, m, vr, vt = (plummer_5k[k] for k in ("r", "m", "vr", "vt"))
+    phi, mcum = compute_potential(r, m)
+    e = phi[s] + m[s] / r[s] + 0.5 * (vr[s] ** 2 + vt[s] ** 2)
+    j = r[s] * vt[s]
+    return r, m, phi, mcum, e, j
+
+
+@pytest.mark.parametrize("s", [100, 2600])
+def test_sampled_radii_follow_dt_over_T(plummer_5k, s):
+    """Histogram of many samples of one orbit against the time fraction dr/|v_r| / T."""
+    r, m, phi, mcum, e, j = _orbit_setup(plummer_5k, s)
+    tp = turning_points(r, phi, mcum, s, m[s], e, j)
+    rmin, rmax = tp[0], tp[1]
+    states = rng_states(1, seed=5)
+    out = np.empty(6)
+    nsamp = 20000
+    xs = np.empty(nsamp)
+    viol = 0
+    for i in range(nsamp):
+        _sample_one(states, 0, r, phi, mcum, s, m[s], e, j, *tp, out)
+        xs[i] = out[0]
+        viol += out[5]
+        # E and J are kept by the new position and velocities
+        e_new = phi_self_removed(r, phi, mcum, s, m[s], out[0]) + 0.5 * (out[1] ** 2 + out[2] ** 2)
+        assert e_new == pytest.approx(e, abs=1e-12)
+        assert out[0] * out[2] == pytest.approx(j, rel=1e-12)
+    assert viol == 0
+    assert xs.min() >= rmin and xs.max() <= rmax
+
+    def inv_vr(u):
+        x = 0.5 * (rmin + rmax) + 0.25 * (rmax - rmin) * (3 * u - u ** 3)
+        q = 2 * e - 2 * phi_self_removed(r, phi, mcum, s, m[s], x) - j * j / (x * x)
+        return 0.75 * (rmax - rmin) * (1 - u * u) / np.sqrt(max(q, 1e-300))
+
+    grid = np.linspace(-1, 1, 401)
+    pieces = [integrate.quad(inv_vr, a, b)[0] for a, b in zip(grid[:-1], grid[1:])]
+    cdf_u = np.concatenate([[0], np.cumsum(pieces)])
+    cdf_u /= cdf_u[-1]
+    x_grid = 0.5 * (rmin + rmax) + 0.25 * (rmax - rmin) * (3 * grid - grid ** 3)
+
+    def cdf(x):
+        return np.interp(x, x_grid, cdf_u)
+
+    res = stats.kstest(xs, cdf)
+    assert res.pvalue > 1e-3, res
+
+
+def test_bisection_kernel_no_bound_violations(plummer_20k):
+    """All stars of a Plummer model: no rejection-bound violations, radii within the orbit."""
+    st = plummer_20k
+    r, m, vr, vt = (st[k].copy() for k in ("r", "m", "vr", "vt"))
+    n = r.size
+    phi, mcum = compute_potential(r, m)
+    states = rng_states((n + 19) // 20)
+    r_new = np.empty(n)
+    vr_new, vt_new = vr.copy(), vt.copy()
+    poo, pon = np.empty(n), np.empty(n)
+    status = np.zeros(n, dtype=np.int8)
+    counters = np.zeros((states.shape[0], 2))
+    new_orbits(r, phi, mcum, 0, m, vr, vt, states, 0.0, r_new, vr_new, vt_new, poo, pon,
+               status, counters)
+    ok = status == ORBIT_OK
+    assert ok.sum() >= n - 5
+    assert counters[:, 1].sum() == 0
+    assert 1.0 <= counters[:, 0].sum() / ok.sum() < 3.0
+    e = poo + 0.5 * (vr ** 2 + vt ** 2)
+    e_new = pon + 0.5 * (vr_new ** 2 + vt_new ** 2)
+    np.testing.assert_allclose(e_new[ok], e[ok], atol=1e-12)
+    np.testing.assert_allclose((r_new * vt_new)[ok], (r * vt)[ok], rtol=1e-10)
+    # the new radii are again a Plummer model: half-mass radius barely moves
+    assert np.median(r_new[ok]) == pytest.approx(np.median(r), rel=0.03)
+
+
+def test_orbit_kernel_thread_count_independent(plummer_5k):
+    """Same states in, same numbers out, whatever the number of numba threads."""
+    import numba
+
+    st = plummer_5k
+    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
+    n = r.size
+    phi, mcum = compute_potential(r, m)
+    results = []
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        numba.set_num_threads(threads)
+        states = rng_states((n + 19) // 20)
+        out = [np.empty(n), vr.copy(), vt.copy(), np.empty(n), np.empty(n)]
+        status = np.zeros(n, dtype=np.int8)
+        new_orbits(r, phi, mcum, 0, m, vr, vt, states, 0.0, *out, status,
+                   np.zeros((states.shape[0], 2)))
+        results.append((out, states))
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    for a, b in zip(results[0][0], results[1][0]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(results[0][1], results[1][1])

@@ -1,0 +1,85 @@
+"""Relaxation kernels: the two-body deflection against a plain 3-D reference, time step bins."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from physics.relaxation import bin_relaxation_times, relax_pairs, scatter_pair
+from tests.conftest import rng_states
+
+
+def scatter_reference(m1, m2, vr1, vt1, vr2, vt2, beta, phi, psi):
+    """Plain numpy: rotate w = v1 - v2 by beta about a random axis perpendicular to it."""
+    v1 = np.array([vt1, 0.0, vr1])
+    v2 = np.array([vt2 * np.cos(phi), vt2 * np.sin(phi), vr2])
+    w = v1 - v2
+    wn = np.linalg.norm(w)
+    # same perpendicular basis as the kernel: e1 = z x w-ish, e2 = w x e1
+    e1 = np.array([w[1], -w[0], 0.0])
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(w / wn, e1)
+    # kernel's w2 = (-wx wz, -wy wz, wp^2)/wp normalised; cross(w, e1) equals it up to sign
+    e2 *= np.sign(e2[2]) if e2[2] != 0 else 1.0
+    w_new = wn * (np.cos(beta) * w / wn + np.sin(beta) * (np.cos(psi) * e1 + np.sin(psi) * e2))
+    dv = w_new - w
+    n1 = v1 + m2 / (m1 + m2) * dv
+    n2 = v2 - m1 / (m1 + m2) * dv
+    return n1[2], np.hypot(n1[0], n1[1]), n2[2], np.hypot(n2[0], n2[1]), w, w_new
+
+
+def test_scatter_pair_matches_reference_and_conserves():
+    gen = np.random.default_rng(1)
+    for _ in range(200):
+        m1, m2 = gen.uniform(0.1, 2, 2)
+        vr1, vr2 = gen.normal(size=2)
+        vt1, vt2 = np.abs(gen.normal(size=2))
+        beta, phi, psi = gen.uniform(0, np.pi / 2), gen.uniform(0, 2 * np.pi), gen.uniform(
+            0, 2 * np.pi)
+        got = scatter_pair(m1, m2, vr1, vt1, vr2, vt2, beta, phi, psi)
+        ref = scatter_reference(m1, m2, vr1, vt1, vr2, vt2, beta, phi, psi)
+        np.testing.assert_allclose(got, ref[:4], rtol=1e-10, atol=1e-12)
+        # kinetic energy conserved, deflection angle is beta
+        ke0 = m1 * (vr1 ** 2 + vt1 ** 2) + m2 * (vr2 ** 2 + vt2 ** 2)
+        ke1 = m1 * (got[0] ** 2 + got[1] ** 2) + m2 * (got[2] ** 2 + got[3] ** 2)
+        assert ke1 == pytest.approx(ke0, rel=1e-12)
+        w, wn = ref[4], ref[5]
+        ang = np.arccos(np.clip(w @ wn / (w @ w), -1, 1))
+        assert ang == pytest.approx(beta, abs=1e-7)
+
+
+def test_relax_pairs_conserves_pair_energy_and_draws_per_block(plummer_5k):
+    st = plummer_5k
+    r, m = st["r"], st["m"]
+    vr, vt = st["vr"].copy(), st["vt"].copy()
+    states = rng_states((r.size + 19) // 20)
+    before = states.copy()
+    ke0 = m * (vr ** 2 + vt ** 2)
+    stats_ = np.zeros((states.shape[0], 2))
+    relax_pairs(r, 0, m, vr, vt, states, 1e-3, 5000.0, 1.0, stats_)
+    ke1 = m * (vr ** 2 + vt ** 2)
+    pair0 = ke0[0::2] + ke0[1::2]
+    pair1 = ke1[0::2] + ke1[1::2]
+    np.testing.assert_allclose(pair1, pair0, rtol=1e-11)
+    assert np.all(vt >= 0)
+    assert not np.array_equal(vr, st["vr"])
+    assert np.all(np.any(states != before, axis=1))
+    assert 0 < stats_[:, 0].sum() / (r.size // 2) < np.pi / 2
+
+
+def test_relaxation_time_of_bins(plummer_5k):
+    """Central bins of a Plummer model: T from its analytic density and dispersion."""
+    st = plummer_5k
+    n0 = 5000.0
+    t = bin_relaxation_times(st["r"], st["m"], st["vr"], st["vt"], n0, 1.0)
+    assert t.shape == (250,)
+    a = 3 * np.pi / 16
+    # analytic for the bins between r = 0.2 and 0.4
+    rmid = np.array([np.median(st["r"][20 * b:20 * b + 20]) for b in range(250)])
+    sel = (rmid > 0.2) & (rmid < 0.4)
+    nprime = 3 / (4 * np.pi * a ** 3) * (1 + rmid[sel] ** 2 / a ** 2) ** -2.5
+    sigma3 = np.sqrt(3 / (6 * np.sqrt(rmid[sel] ** 2 + a ** 2)))
+    w = 4 * sigma3 / np.sqrt(3 * np.pi)
+    t_an = np.pi / 32 * w ** 3 / (4 * nprime)
+    ratio = np.median(t[sel] / t_an)
+    assert ratio == pytest.approx(1.0, rel=0.25)
