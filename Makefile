@@ -31,9 +31,10 @@ test-serial: install
 test-mpi: install
 	$(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider tests/mpi
 	$(MPIEXEC) -n 3 $(PY) -m pytest -q -p no:cacheprovider tests/mpi
+	$(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider tests/mpi/test_engine_mpi.py -k sweep
 
 bench: install
-	$(PY) bench/run_bench.py
+	$(PY) bench/run_bench.py $(BENCH_ARGS)
 
 validate: install
 	$(PY) bench/validate.py

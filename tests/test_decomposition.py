@@ -234,9 +234,7 @@ def test_serial_comm_buffers():
     rec = pack_records({"a": np.arange(3.0), "b": np.arange(3, dtype=np.int32)})
     out = np.empty(3, dtype=rec.dtype)
     nb = rec.nbytes
-    comm.Alltoallv(
-        [rec.view(np.uint8), ([nb], [0]), None], [out.view(np.uint8), ([nb], [0]), None]
-    )
+    comm.Alltoallv([rec.view(np.uint8), ([nb], [0]), None], [out.view(np.uint8), ([nb], [0]), None])
     np.testing.assert_array_equal(out, rec)
     counts = np.array([3], dtype=np.int64)
     rcounts = np.zeros(1, dtype=np.int64)
@@ -332,3 +330,9 @@ def test_parallel_sort_serial_errors():
     bad["r"][3] = np.nan
     with pytest.raises(ValueError):
         parallel_sort(SerialComm(), bad)
+    with pytest.raises(ValueError):
+        parallel_sort(SerialComm(), stars, chunk=0)
+    with pytest.raises(ValueError):
+        parallel_sort(SerialComm(), stars, sample_size=0)
+    with pytest.raises(ValueError):
+        redistribute_to_blocks(SerialComm(), stars, chunk=-1)

@@ -384,3 +384,16 @@ def test_allgatherv_array_mismatch_raises_on_all_ranks(on_subcomms):
             values(outcomes)
         else:
             assert all(o[0] == "err" and o[1].startswith("ValueError") for o in outcomes)
+
+
+@pytest.mark.parametrize("kwargs", [{"chunk": 0}, {"sample_size": 0}])
+def test_bad_parameters_raise_on_all_ranks(on_subcomms, kwargs):
+    stars = global_stars("random", 50)
+
+    def run(comm):
+        return parallel_sort(
+            comm, take(stars, local_indices("even", 50, comm.size, comm.rank)), **kwargs
+        )
+
+    for _, outcomes in on_subcomms(run).items():
+        assert all(o[0] == "err" and o[1].startswith("ValueError") for o in outcomes), outcomes
