@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from physics.potential import potential_at_radius
+from physics.potential import locate_radius, radius_lookup_table
 
 
 @njit(cache=True, parallel=True)
@@ -43,6 +43,7 @@ def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_o
         Output: energy ``m * (-v_new^2) / 2`` that could not be given to the star (0 mostly).
     """
     n = m.shape[0]
+    lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
     for i in prange(n):
         s = offset + i
         rn = r_all[s]
@@ -50,7 +51,12 @@ def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_o
         ms = m[i]
         rmax_ = rn if rn > ro else ro
         u_nn = phi_all[s] + ms / rn
-        u_no = potential_at_radius(r_all, phi_all, mcum_all, ro) + ms / rmax_
+        k = locate_radius(ro, r_all, lut, lut_lo, lut_inv)
+        if k == 0:
+            u_no = phi_all[0]
+        else:
+            u_no = phi_all[k - 1] + mcum_all[k - 1] * (1.0 / r_all[k - 1] - 1.0 / ro)
+        u_no += ms / rmax_
         v2 = vr[i] * vr[i] + vt[i] * vt[i]
         v2new = v2 + (phi_on[i] - phi_oo[i]) + (u_no - u_nn)
         deficit[i] = 0.0

@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 from parallel.rng import taus_uniform
+from physics.potential import locate_radius, radius_lookup_table
 
 #: Bound factor over the larger end value of g(u).
 F_FACTOR = 1.1
@@ -58,18 +59,6 @@ def _interval_coeffs(lo, r, phi, mcum, s, ms, rs):
     else:
         b -= ms  # outside its own shell: remove its mass from the enclosed mass
     return a, b
-
-
-@njit(cache=True, inline="always")
-def _interval_of(x, r, lo, hi):
-    """Index k in [lo, hi) with r[k] <= x < r[k+1] (r[-1] = 0, r[n] = inf)."""
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if r[mid] <= x:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 @njit(cache=True)
@@ -140,9 +129,20 @@ def turning_points(r, phi, mcum, s, ms, e, jang):
     return rmin, rmax, kmin, kmax, dq_min, dq_max
 
 
+@njit(cache=True, inline="always")
+def _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, hi_idx):
+    """Interval index of radius x (as _interval_of), via the lookup table, within the orbit."""
+    k = locate_radius(x, r, lut, lut_lo, lut_inv) - 1
+    if k < kmin:
+        k = kmin
+    if k > hi_idx - 1:
+        k = hi_idx - 1
+    return k
+
+
 @njit(cache=True)
 def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kmax,
-                dq_min, dq_max, out):
+                dq_min, dq_max, out, lut, lut_lo, lut_inv):
     """Sample a radius on the orbit; out = (x, vr, vt, phi_s(x), trials, violations)."""
     n = r.shape[0]
     rs = r[s]
@@ -153,7 +153,7 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
     # A (nearly) circular orbit: the radial motion is negligible.
     if width <= 1e-13 * rmax or not (dq_min > 0.0) or not (dq_max < 0.0):
         x = rmin + width * taus_uniform(states, blk)
-        k = _interval_of(x, r, kmin, kmax + 1 if kmax + 1 <= n else n)
+        k = _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, kmax + 1 if kmax + 1 <= n else n)
         a, b = _interval_coeffs(k, r, phi, mcum, s, ms, rs)
         q = 2.0 * (e - a) + 2.0 * b / x - j2 / (x * x)
         vr = np.sqrt(q) if q > 0.0 else 0.0
@@ -175,7 +175,7 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
         u = 2.0 * taus_uniform(states, blk) - 1.0
         y = fbound * taus_uniform(states, blk)
         x = 0.5 * (rmin + rmax) + 0.25 * width * (3.0 * u - u * u * u)
-        k = _interval_of(x, r, kmin, hi_idx)
+        k = _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, hi_idx)
         a, b = _interval_coeffs(k, r, phi, mcum, s, ms, rs)
         q = 2.0 * (e - a) + 2.0 * b / x - j2 / (x * x)
         if q <= 0.0:
@@ -229,6 +229,7 @@ def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
     """
     n = m.shape[0]
     nblocks = states.shape[0]
+    lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
     for blk in prange(nblocks):
         out = np.empty(6)
         i0 = blk * 20
@@ -257,7 +258,7 @@ def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
                 continue
             status[i] = ORBIT_OK
             _sample_one(states, blk, r_all, phi_all, mcum_all, s, ms, e, jang, rmin, rmax,
-                        kmin, kmax, dqmin, dqmax, out)
+                        kmin, kmax, dqmin, dqmax, out, lut, lut_lo, lut_inv)
             r_new[i] = out[0]
             vr_new[i] = out[1]
             vt_new[i] = out[2]

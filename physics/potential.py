@@ -97,3 +97,61 @@ def potential_energy(r: np.ndarray, m: np.ndarray, phi: np.ndarray) -> float:
     each star's own shell term is removed so that it matches the potential stars move in.
     """
     return 0.5 * float(np.sum(m * (phi + m / r)))
+
+
+@njit(cache=True)
+def radius_lookup_table(r: np.ndarray, per_bucket: int = 4):
+    """Table that narrows a radius search to a few stars (log-uniform buckets).
+
+    Returns ``(lut, log_r0, inv_width)``; bucket ``j`` spans
+    ``log r in [log_r0 + j / inv_width, log_r0 + (j + 1) / inv_width)`` and ``lut[j]`` is the
+    number of stars below its lower edge.  Used by :func:`locate_radius`.
+    """
+    n = r.shape[0]
+    nb = max(1, n // per_bucket)
+    lut = np.empty(nb + 2, dtype=np.int64)
+    if n == 0:
+        lut[:] = 0
+        return lut, 0.0, 1.0
+    lo = np.log(r[0])
+    span = np.log(r[n - 1]) - lo
+    inv = nb / span if span > 0.0 else 1.0
+    i = 0
+    for j in range(nb + 2):
+        edge = np.exp(lo + j / inv)
+        while i < n and r[i] < edge:
+            i += 1
+        lut[j] = i
+    lut[0] = 0
+    lut[nb + 1] = n
+    return lut, lo, inv
+
+
+@njit(cache=True, inline="always")
+def locate_radius(x, r, lut, log_r0, inv_width):
+    """Number of stars with ``r <= x``, same as :func:`enclosing_index`, via the table."""
+    n = r.shape[0]
+    if x <= 0.0:
+        return 0
+    t = (np.log(x) - log_r0) * inv_width
+    nb = lut.shape[0] - 2
+    if t < 0.0:
+        lo = 0
+        hi = lut[1]
+    elif t >= nb:
+        lo = lut[nb]
+        hi = n
+    else:
+        j = int(t)
+        lo = lut[j]
+        hi = lut[j + 1]
+    # r[lo-1] < edge_j <= ... ; widen by one on each side against rounding of log/exp
+    lo = lo - 1 if lo > 0 else 0
+    hi = hi + 1 if hi < n else n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if r[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

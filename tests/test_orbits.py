@@ -7,7 +7,12 @@ import pytest
 from scipy import integrate, optimize, stats
 
 from physics.orbits import ORBIT_OK, _sample_one, new_orbits, turning_points
-from physics.potential import compute_potential, compute_potential_reference, potential_at_radius
+from physics.potential import (
+    compute_potential,
+    compute_potential_reference,
+    potential_at_radius,
+    radius_lookup_table,
+)
 from tests.conftest import rng_states
 
 
@@ -66,12 +71,13 @@ def test_sampled_radii_follow_dt_over_T(plummer_5k, s):
     tp = turning_points(r, phi, mcum, s, m[s], e, j)
     rmin, rmax = tp[0], tp[1]
     states = rng_states(1, seed=5)
+    lut = radius_lookup_table(r, 4)
     out = np.empty(6)
     nsamp = 20000
     xs = np.empty(nsamp)
     viol = 0
     for i in range(nsamp):
-        _sample_one(states, 0, r, phi, mcum, s, m[s], e, j, *tp, out)
+        _sample_one(states, 0, r, phi, mcum, s, m[s], e, j, *tp, out, *lut)
         xs[i] = out[0]
         viol += out[5]
         # E and J are kept by the new position and velocities
