@@ -61,9 +61,57 @@ def _interval_coeffs(lo, r, phi, mcum, s, ms, rs):
     return a, b
 
 
+#: Stride of the coarse copy of (r, phi) used for the first bisection levels (cache-resident).
+COARSE = 32
+
+
 @njit(cache=True)
-def turning_points(r, phi, mcum, s, ms, e, jang):
+def coarse_grid(r, phi):
+    """Every COARSE-th star's radius and potential, contiguous (fits in L1/L2 cache)."""
+    return np.ascontiguousarray(r[::COARSE]), np.ascontiguousarray(phi[::COARSE])
+
+
+@njit(cache=True, inline="always")
+def _q_coarse(c, rc, phic, e, j2, ms, rs):
+    x = rc[c]
+    pot = phic[c] + ms / (x if x > rs else rs)
+    return 2.0 * e - 2.0 * pot - j2 / (x * x)
+
+
+@njit(cache=True, inline="always")
+def _bisect_sign(lo, hi, want_negative_low, r, phi, rc, phic, e, j2, s, ms, rs):
+    """Bisection for the sign change of Q between indices lo and hi.
+
+    ``want_negative_low``: Q(lo) < 0 <= Q(hi) (pericentre); else Q(lo) >= 0 > Q(hi).
+    The first levels test only multiples of COARSE, read from the compact coarse grid, which
+    gives the same predicate values as the full arrays at those indices.
+    """
+    while hi - lo > 2 * COARSE:
+        mid = (((lo + hi) >> 1) // COARSE) * COARSE
+        if mid <= lo:
+            mid += COARSE
+        if mid >= hi:
+            break
+        q = _q_coarse(mid // COARSE, rc, phic, e, j2, ms, rs)
+        if (q < 0.0) == want_negative_low:
+            lo = mid
+        else:
+            hi = mid
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        q = _q_at_star(mid, r, phi, e, j2, s, ms, rs)
+        if (q < 0.0) == want_negative_low:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def turning_points(r, phi, mcum, s, ms, e, jang, rc=None, phic=None):
     """Pericentre and apocentre of star ``s`` (exact roots of Q in the bracketing intervals).
+
+    ``rc, phic`` (from :func:`coarse_grid`) speed up the bisections; results are the same.
 
     Returns
     -------
@@ -74,15 +122,12 @@ def turning_points(r, phi, mcum, s, ms, e, jang):
     n = r.shape[0]
     rs = r[s]
     j2 = jang * jang
+    if rc is None:
+        rcg, phicg = coarse_grid(r, phi)
+    else:
+        rcg, phicg = rc, phic
     # pericentre: Q(r=0) < 0 <= Q(r_s)
-    lo = -1
-    hi = s
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if _q_at_star(mid, r, phi, e, j2, s, ms, rs) < 0.0:
-            lo = mid
-        else:
-            hi = mid
+    lo = _bisect_sign(-1, s, True, r, phi, rcg, phicg, e, j2, s, ms, rs)
     kmin = lo
     a, b = _interval_coeffs(lo, r, phi, mcum, s, ms, rs)
     c = e - a
@@ -103,14 +148,7 @@ def turning_points(r, phi, mcum, s, ms, e, jang):
     if e >= 0.0:
         return rmin, np.inf, kmin, n - 1, dq_min, 0.0
     # apocentre: Q(r_s) >= 0 > Q(r = inf) = 2E
-    lo = s
-    hi = n
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if _q_at_star(mid, r, phi, e, j2, s, ms, rs) >= 0.0:
-            lo = mid
-        else:
-            hi = mid
+    lo = _bisect_sign(s, n, False, r, phi, rcg, phicg, e, j2, s, ms, rs)
     kmax = lo
     a, b = _interval_coeffs(lo, r, phi, mcum, s, ms, rs)
     c = e - a
@@ -230,6 +268,7 @@ def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
     n = m.shape[0]
     nblocks = states.shape[0]
     lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
+    rc, phic = coarse_grid(r_all, phi_all)
     for blk in prange(nblocks):
         out = np.empty(6)
         i0 = blk * 20
@@ -245,7 +284,7 @@ def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
             jang = rs * vt[i]
             phi_oo[i] = pot
             rmin, rmax, kmin, kmax, dqmin, dqmax = turning_points(
-                r_all, phi_all, mcum_all, s, ms, e, jang)
+                r_all, phi_all, mcum_all, s, ms, e, jang, rc, phic)
             if not np.isfinite(rmax):
                 status[i] = ORBIT_ESCAPED_UNBOUND
                 r_new[i] = rs
