@@ -273,21 +273,24 @@ class Simulation:
             self._take_deficit(deficit)
         t6 = time.perf_counter()
         self.timers["energy"] += t6 - t5
-        # 7. bookkeeping and diagnostics
-        red = allreduce_sum(self.comm, np.array([e_esc, m_esc, n_esc, counters[:, 0].sum(),
-                                                 counters[:, 1].sum(), beta_stats[:, 0].sum(),
+        # 7. bookkeeping and diagnostics: one packed reduction for everything summed
+        s = self.stars
+        ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
+        red = allreduce_sum(self.comm, np.array([ke_local, e_esc, m_esc, n_esc,
+                                                 counters[:, 0].sum(), counters[:, 1].sum(),
+                                                 beta_stats[:, 0].sum(),
                                                  beta_stats[:, 1].sum()]))
-        st.e_escaped += red[0]
-        st.m_escaped += red[1]
-        st.n_escaped += int(round(red[2]))
+        st.e_escaped += red[1]
+        st.m_escaped += red[2]
+        st.n_escaped += int(round(red[3]))
         st.time += dt
         st.dt_prev = dt
         st.step += 1
-        extra = {"dt": dt, "trials_per_star": red[3] / max(self.n_total, 1),
-                 "bound_violations": red[4],
-                 "beta_mean": red[5] / max(self.n_total // 2, 1), "beta_capped": red[6],
-                 "n_escaped_step": red[2]}
-        d = self.diagnostics(record=True, extra=extra)
+        extra = {"dt": dt, "trials_per_star": red[4] / max(self.n_total, 1),
+                 "bound_violations": red[5],
+                 "beta_mean": red[6] / max(self.n_total // 2, 1), "beta_capped": red[7],
+                 "n_escaped_step": red[3]}
+        d = self.diagnostics(record=True, extra=extra, kinetic=float(red[0]))
         self.timers["diagnostics"] += time.perf_counter() - t6
         return d
 
@@ -310,12 +313,19 @@ class Simulation:
         log.debug("energy deficit %.3e taken from all stars", d_tot)
 
     # ------------------------------------------------------------------ diagnostics
-    def diagnostics(self, record: bool = True, extra: dict | None = None) -> dict:
-        """Energies, radii and core quantities now; appended to the history if ``record``."""
+    def diagnostics(self, record: bool = True, extra: dict | None = None,
+                    kinetic: float | None = None) -> dict:
+        """Energies, radii and core quantities now; appended to the history if ``record``.
+
+        ``kinetic`` is the global kinetic energy when the caller already reduced it (the step
+        packs it with its other sums); otherwise it is reduced here.
+        """
         st = self.state
         s = self.stars
-        ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
-        k = float(allreduce_sum(self.comm, np.array([ke_local]))[0])
+        if kinetic is None:
+            ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
+            kinetic = float(allreduce_sum(self.comm, np.array([ke_local]))[0])
+        k = kinetic
         w = potential_energy(self.r_all, self.m_all, self.phi_all)
         mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
         lr = lagrange_radii(self.r_all, self.m_all, self.fractions)

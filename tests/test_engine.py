@@ -105,3 +105,45 @@ def test_emulation_changes_streams_only():
     s2.step()
     assert not np.array_equal(s1.r_all, s2.r_all)
     assert s1.history["dt"][-1] == s2.history["dt"][-1]
+
+
+def test_sigterm_writes_checkpoint_and_restart_is_exact(tmp_path):
+    """A batch system's SIGTERM: checkpoint, clean exit; the restart equals an unbroken run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cmc.cli import main
+
+    ini = tmp_path / "m.ini"
+    ini.write_text("[initial]\nn = 3000\nseed = 6\n[run]\nmax_steps = 100000\nn_core_stop = 0\n"
+                   "t_max = 1000\n[output]\ncheckpoint_every = 1000000\ncheckpoint_minutes = 0\n"
+                   "progress_every = 1\n")
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "cmc.cli", "run", str(ini), "-o", str(out)],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    seen = 0
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if " step " in line:
+            seen += 1
+            if seen == 5:
+                proc.send_signal(signal.SIGTERM)
+                break
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    with h5py.File(out / "checkpoint.h5", "r") as fh:
+        stopped_at = int(fh["state"].attrs["step"])
+        assert fh["state"].attrs["stop_reason"] == "signal"
+    assert stopped_at >= 5
+    target = stopped_at + 4
+    assert main(["restart", str(out), "--set", f"run.max_steps={target}"]) == 0
+    ref = tmp_path / "ref"
+    assert main(["run", str(ini), "-o", str(ref), "--set", f"run.max_steps={target}"]) == 0
+    sa, ra, _ = _final(out)
+    sb, rb, _ = _final(ref)
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+    np.testing.assert_array_equal(ra, rb)
