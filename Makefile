@@ -37,7 +37,7 @@ bench: install
 	$(PY) bench/run_bench.py $(BENCH_ARGS)
 
 validate: install
-	$(PY) bench/validate.py
+	$(PY) bench/validate.py $(VALIDATE_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

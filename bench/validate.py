@@ -50,15 +50,48 @@ def analyse(outdir: Path) -> dict:
     }
 
 
-def main(ns: list[int]) -> None:
+def write_report(results: list[dict]) -> Path:
+    """docs/validation.md: the numbers of every validation run against the targets."""
+    docs = ROOT / "docs"
+    lines = ["# Validation: Plummer models to core collapse", "",
+             "Made by `make validate` (bench/validate.py); plots: `validation_N*.png`.", "",
+             "| quantity | target | " + " | ".join(f"N = {r['N']:.0e}" for r in results) + " |",
+             "|---|---|" + "---|" * len(results)]
+    rows = [("t(r_c < 0.1 r_c0) / t_rh0", "C code 17.0-17.8 (1e4-3e4), 16.6 (1e5)",
+             "t_rc_below_0.1_rc0"),
+            ("t(N_core <= 100) / t_rh0", "C code 18-19; paper t_cc 17.4 (1e5)",
+             "t_ncore_below_100"),
+            ("max abs(dE/E0)", "< 1e-3 (paper 4e-4)", "max_abs_dE_rel"),
+            ("mass lost", "a few % at most (paper <~1 %)", "mass_lost_fraction"),
+            ("d ln rho_c / d ln r_c (r_c < 0.1 r_c0)", "about -2.2", "slope_rho_c_vs_r_c"),
+            ("end of run / t_rh0", "", "t_end_trh"), ("steps", "", "steps"),
+            ("stop reason", "", "stop_reason"), ("rejection-bound violations", "0 ideally",
+                                                 "bound_violations")]
+    for label, target, key in rows:
+        vals = [r[key] for r in results]
+        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in vals]
+        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
+    path = docs / "validation.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(ns: list[int], resume: bool = False, threads: int = 0) -> None:
     results = []
     for n in ns:
         out = ROOT / "runs" / f"validate_N{n}"
-        if out.exists():
-            shutil.rmtree(out)
-        cmd = [sys.executable, "-m", "cmc.cli", "run", str(ROOT / "examples/plummer_small.ini"),
-               "-o", str(out), "--set", f"initial.n={n}", "--set", "run.t_max=30",
-               "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
+        if resume and (out / "checkpoint.h5").exists():
+            # continue an interrupted validation (or one stopped by the wall-clock limit)
+            cmd = [sys.executable, "-m", "cmc.cli", "restart", str(out),
+                   "--set", f"run.threads={threads}"]
+        else:
+            if out.exists():
+                shutil.rmtree(out)
+            cmd = [sys.executable, "-m", "cmc.cli", "run",
+                   str(ROOT / "examples/plummer_small.ini"), "-o", str(out),
+                   "--set", f"initial.n={n}", "--set", "run.t_max=30",
+                   "--set", f"run.threads={threads}",
+                   "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
         subprocess.run(cmd, check=True)
         subprocess.run([sys.executable, "-m", "cmc.cli", "plot", str(out)], check=True)
         res = analyse(out)
@@ -67,6 +100,7 @@ def main(ns: list[int]) -> None:
         docs.mkdir(exist_ok=True)
         (docs / f"validation_N{n}.json").write_text(json.dumps(res, indent=2) + "\n")
         shutil.copy(out / "evolution.png", docs / f"validation_N{n}.png")
+    write_report(results)
     keys = list(results[0])
     print(" | ".join(keys))
     for r in results:
@@ -75,4 +109,12 @@ def main(ns: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(float(x)) for x in sys.argv[1:]] or [10000, 100000])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n", nargs="*", type=float, help="numbers of stars (default 1e4 1e5)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue runs/validate_N*/ from their checkpoints")
+    ap.add_argument("--threads", type=int, default=0, help="numba threads (0: all cores)")
+    a = ap.parse_args()
+    main([int(x) for x in a.n] or [10000, 100000], resume=a.resume, threads=a.threads)

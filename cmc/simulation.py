@@ -33,14 +33,14 @@ from cmc import io as cio
 from cmc.config import Config, load_config
 from cmc.fields import SAVED_FIELDS
 from cmc.stars import StarTable
-from parallel.comm import allgatherv_array, allreduce_max, allreduce_min, allreduce_sum
+from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
 from parallel.sample_sort import parallel_sort
 from parallel.streams import Streams
 from physics.energy import block_sums, correct_velocities
 from physics.orbits import ORBIT_OK, new_orbits
 from physics.potential import compute_potential, potential_energy
-from physics.relaxation import bin_relaxation_times, relax_pairs
+from physics.relaxation import block_moments, relax_pairs, window_relaxation_times
 from physics.structure import core_properties, lagrange_radii
 
 log = logging.getLogger("cmc.simulation")
@@ -207,9 +207,12 @@ class Simulation:
         # 2. shared time step
         lnl = math.log(st.gamma * self.n_total) if st.gamma * self.n_total > 1 else 1e-300
         coulomb_ratio = max(lnl, 1e-300) / st.lnl0
-        tb = bin_relaxation_times(stars.r, stars.m, stars.vr, stars.vt, float(st.n0),
-                                  coulomb_ratio)
-        tmin = float(allreduce_min(self.comm, np.array([tb.min() if tb.size else np.inf]))[0])
+        # per-block sums of all ranks, gathered in block order: every rank then evaluates the
+        # same 40-star windows, whatever the rank boundaries (no reduction order issues)
+        moments = allgatherv_array(self.comm, block_moments(stars.m, stars.vr, stars.vt,
+                                                            float(st.n0)))
+        tb = window_relaxation_times(self.r_all, moments, float(st.n0), coulomb_ratio)
+        tmin = float(tb.min()) if tb.size else np.inf
         dt = (2.0 * cfg.theta_max / math.pi) ** 2 * tmin
         if st.dt_prev > 0.0:
             dt = min(dt, cfg.dt_growth_max * st.dt_prev)
@@ -265,7 +268,7 @@ class Simulation:
         t5 = time.perf_counter()
         self.timers["sort"] += t5 - t4
         # 6. energy correction
-        deficit = np.zeros(stars.n)
+        deficit = np.zeros((stars.n + MIN_CHUNK - 1) // MIN_CHUNK)
         correct_velocities(self.r_all, self.phi_all, self.mcum_all, self.offset, stars.m,
                            stars.r_old, stars.vr, stars.vt, stars.phi_oo, stars.phi_on, deficit)
         d_total = float(allreduce_sum(self.comm, np.array([deficit.sum()]))[0])
@@ -295,14 +298,14 @@ class Simulation:
         return d
 
     def _take_deficit(self, deficit: np.ndarray) -> None:
-        """Remove the energy that stars at rest could not take from the other stars.
+        """Take the energy that blocks could not pay in the correction from all stars.
 
-        Totals are sums of per-block partial sums gathered in global block order, so the
-        result does not depend on the number of ranks (reproducibility of serial emulation).
+        Totals are sums of per-block values gathered in global block order, so the result
+        does not depend on the number of ranks (reproducibility of serial emulation).
         """
         stars = self.stars
         ke = 0.5 * stars.m * (stars.vr ** 2 + stars.vt ** 2)
-        d_tot = float(np.sum(allgatherv_array(self.comm, block_sums(deficit, MIN_CHUNK))))
+        d_tot = float(np.sum(allgatherv_array(self.comm, deficit)))
         k_tot = float(np.sum(allgatherv_array(self.comm, block_sums(ke, MIN_CHUNK))))
         if k_tot <= d_tot:
             raise StopRun("energy deficit exceeds the kinetic energy")

@@ -16,21 +16,29 @@ from numba import njit, prange
 
 from parallel.rng import taus_uniform
 
-#: Neighbours on each side for the local density of a pair (paper: 10).
-DENSITY_NEIGHBOURS = 10
+#: Neighbours on each side for the local density of a pair (the C code's AVEKERNEL).
+DENSITY_NEIGHBOURS = 20
+#: Consecutive 20-star blocks in one time-step window (40 stars, as the C code's 2 AVEKERNEL).
+WINDOW_BLOCKS = 2
 BIN = 20
 
 
 @njit(cache=True)
 def local_number_density(r_all, g, n0):
-    """``n'`` around global index ``g`` from ``2p`` radial neighbours (p = 10), per N0."""
+    """``n'`` around global index ``g`` from ``2p`` radial neighbours (p = 20), per N0.
+
+    The window keeps its width at the centre and the edge (it is shifted, as in the C code).
+    """
     n = r_all.shape[0]
-    lo = g - DENSITY_NEIGHBOURS
-    hi = g + DENSITY_NEIGHBOURS
+    p = DENSITY_NEIGHBOURS
+    lo = g - p
+    hi = g + p
     if lo < 0:
         lo = 0
-    if hi > n - 1:
+        hi = min(2 * p, n - 1)
+    elif hi > n - 1:
         hi = n - 1
+        lo = max(hi - 2 * p, 0)
     r_lo = r_all[lo] if lo > 0 else 0.0
     vol = 4.0 / 3.0 * np.pi * (r_all[hi] ** 3 - r_lo ** 3)
     count = hi - lo
@@ -40,38 +48,60 @@ def local_number_density(r_all, g, n0):
 
 
 @njit(cache=True)
-def bin_relaxation_times(r, m, vr, vt, n0, coulomb_ratio):
-    """Relaxation time ``T_bin`` of each 20-star bin of the local stars.
+def block_moments(m, vr, vt, n0):
+    """Per 20-star block of the local stars: (number of stars, sum v^2, sum (N0 m)^2)."""
+    n = m.shape[0]
+    nb = (n + BIN - 1) // BIN
+    out = np.zeros((nb, 3))
+    for b in range(nb):
+        for i in range(b * BIN, min(n, (b + 1) * BIN)):
+            out[b, 0] += 1.0
+            out[b, 1] += vr[i] * vr[i] + vt[i] * vt[i]
+            mm = m[i] * n0
+            out[b, 2] += mm * mm
+    return out
+
+
+@njit(cache=True)
+def window_relaxation_times(r_all, moments, n0, coulomb_ratio, width=WINDOW_BLOCKS):
+    """Relaxation time of every window of ``width`` consecutive blocks (sliding by one block).
 
     ``T = (pi/32) w^3 / (4 <m'^2> n' L)`` with ``w = 4 sigma_3D / sqrt(3 pi)`` the mean relative
-    speed of a Maxwellian, ``n'`` from the bin's shell.  Bins with fewer than 2 stars get inf.
+    speed of a Maxwellian and ``n'`` = (stars in the window - 1) / (N0 x shell volume between
+    its first and last star).  ``moments`` are the global per-block sums from
+    :func:`block_moments` in block order; ``r_all`` the replicated radii.  Every rank gets the
+    same numbers (no reduction needed).
     """
-    n = r.shape[0]
-    nb = (n + BIN - 1) // BIN
-    out = np.empty(nb)
-    for b in range(nb):
-        i0 = b * BIN
-        i1 = min(i0 + BIN, n)
-        cnt = i1 - i0
-        if cnt < 2:
-            out[b] = np.inf
-            continue
+    nb = moments.shape[0]
+    nw = nb - width + 1 if nb >= width else 1
+    out = np.empty(nw)
+    for wdx in range(nw):
+        cnt = 0.0
         v2 = 0.0
         m2 = 0.0
-        for i in range(i0, i1):
-            v2 += vr[i] * vr[i] + vt[i] * vt[i]
-            mm = m[i] * n0
-            m2 += mm * mm
-        v2 /= cnt
-        m2 /= cnt
-        vol = 4.0 / 3.0 * np.pi * (r[i1 - 1] ** 3 - r[i0] ** 3)
-        if vol <= 0.0 or v2 <= 0.0 or m2 <= 0.0:
-            out[b] = np.inf
+        for b in range(wdx, min(nb, wdx + width)):
+            cnt += moments[b, 0]
+            v2 += moments[b, 1]
+            m2 += moments[b, 2]
+        first = wdx * BIN
+        last = min(r_all.shape[0], first + int(cnt)) - 1
+        if cnt < 3.0 or v2 <= 0.0 or m2 <= 0.0:
+            out[wdx] = np.inf
             continue
-        nprime = (cnt - 1) / (vol * n0)
-        w = 4.0 * np.sqrt(v2) / np.sqrt(3.0 * np.pi)
-        out[b] = np.pi / 32.0 * w ** 3 / (4.0 * m2 * nprime * coulomb_ratio)
+        vol = 4.0 / 3.0 * np.pi * (r_all[last] ** 3 - r_all[first] ** 3)
+        if vol <= 0.0:
+            out[wdx] = np.inf
+            continue
+        nprime = (cnt - 1.0) / (vol * n0)
+        w = 4.0 * np.sqrt(v2 / cnt) / np.sqrt(3.0 * np.pi)
+        out[wdx] = np.pi / 32.0 * w ** 3 / (4.0 * (m2 / cnt) * nprime * coulomb_ratio)
     return out
+
+
+def bin_relaxation_times(r, m, vr, vt, n0, coulomb_ratio, width=1):
+    """Relaxation time of windows of ``width`` blocks of one set of stars (serial helper)."""
+    return window_relaxation_times(np.ascontiguousarray(r), block_moments(m, vr, vt, n0),
+                                   n0, coulomb_ratio, width)
 
 
 @njit(cache=True)
@@ -178,8 +208,7 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
             w = np.sqrt(dx * dx + dy * dy + dz * dz)
             if w == 0.0:
                 continue
-            npr = 0.5 * (local_number_density(r_all, offset + i, n0)
-                         + local_number_density(r_all, offset + j, n0))
+            npr = local_number_density(r_all, offset + j, n0)
             m12 = (m[i] + m[j]) * n0
             beta2 = 8.0 * np.pi * m12 * m12 * npr * coulomb_ratio * dt / (w * w * w)
             beta = np.sqrt(beta2)
