@@ -37,7 +37,7 @@ from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
 from parallel.sample_sort import parallel_sort
 from parallel.streams import Streams
-from physics.energy import block_sums, correct_velocities
+from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
 from physics.orbits import ORBIT_OK, new_orbits
 from physics.potential import compute_potential, potential_energy
 from physics.relaxation import block_moments, relax_pairs, window_relaxation_times
@@ -298,22 +298,36 @@ class Simulation:
         return d
 
     def _take_deficit(self, deficit: np.ndarray) -> None:
-        """Take the energy that blocks could not pay in the correction from all stars.
+        """Pass what blocks could not pay in the energy correction on to the next blocks.
 
-        Totals are sums of per-block values gathered in global block order, so the result
-        does not depend on the number of ranks (reproducibility of serial emulation).
+        Per-block debts and kinetic energies are gathered in global block order; a scan over
+        the blocks (the same on every rank) carries each debt outward to the following
+        blocks, each paying at most :data:`physics.energy.TAKE_FRACTION` of its kinetic
+        energy by a common velocity factor.  Only what is left after the last block is taken
+        from all stars.  The result does not depend on the number of ranks.
         """
         stars = self.stars
         ke = 0.5 * stars.m * (stars.vr ** 2 + stars.vt ** 2)
-        d_tot = float(np.sum(allgatherv_array(self.comm, deficit)))
-        k_tot = float(np.sum(allgatherv_array(self.comm, block_sums(ke, MIN_CHUNK))))
-        if k_tot <= d_tot:
-            raise StopRun("energy deficit exceeds the kinetic energy")
-        f = math.sqrt(1.0 - d_tot / k_tot)
-        stars.vr = stars.vr * f
-        stars.vt = stars.vt * f
-        self.state.e_deficit += d_tot
-        log.debug("energy deficit %.3e taken from all stars", d_tot)
+        debts = allgatherv_array(self.comm, deficit)
+        kes = allgatherv_array(self.comm, block_sums(ke, MIN_CHUNK))
+        pay, left = settle_debts(debts, kes, TAKE_FRACTION)
+        first = self.offset // MIN_CHUNK
+        mine = pay[first:first + deficit.size]
+        kb = kes[first:first + deficit.size]
+        factor = np.ones_like(mine)
+        ok = kb > 0.0
+        factor[ok] = np.sqrt(1.0 - mine[ok] / kb[ok])
+        if left > 0.0:
+            k_tot = float(np.sum(kes)) - float(np.sum(pay))
+            if k_tot <= left:
+                raise StopRun("energy deficit exceeds the kinetic energy")
+            factor *= math.sqrt(1.0 - left / k_tot)
+        per_star = np.repeat(factor, MIN_CHUNK)[: stars.n]
+        stars.vr = stars.vr * per_star
+        stars.vt = stars.vt * per_star
+        self.state.e_deficit += float(np.sum(debts))
+        log.debug("energy deficit %.3e passed on (%.3e taken from all stars)",
+                  float(np.sum(debts)), left)
 
     # ------------------------------------------------------------------ diagnostics
     def diagnostics(self, record: bool = True, extra: dict | None = None,

@@ -114,3 +114,35 @@ def block_sums(x, block):
             acc += x[i]
         out[b] = acc
     return out
+
+
+@njit(cache=True)
+def settle_debts(debts, kinetic, fraction):
+    """Carry block debts outward: block ``b`` pays up to ``fraction * kinetic[b]``.
+
+    Parameters
+    ----------
+    debts, kinetic : ndarray, shape (nblocks,)
+        Energy each block could not pay itself, and each block's kinetic energy, in global
+        block order.
+    fraction : float
+        Largest share of a block's kinetic energy it may give.
+
+    Returns
+    -------
+    pay : ndarray
+        Energy taken from each block.
+    left : float
+        Debt still open after the outermost block.
+    """
+    nb = debts.shape[0]
+    pay = np.zeros(nb)
+    carry = 0.0
+    for b in range(nb):
+        cap = fraction * kinetic[b]
+        if carry > 0.0:
+            take = carry if carry < cap else cap
+            pay[b] = take
+            carry -= take
+        carry += debts[b]
+    return pay, carry
