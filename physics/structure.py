@@ -3,8 +3,12 @@
 The core follows Casertano & Hut (1985) in the radial ordering: the density at star ``i`` is
 the mass of the ``J - 1`` stars strictly inside the shell bounded by its ``J/2``-th inner and
 outer radial neighbours (``J = 6``; the ``J - 1`` is their bias correction) divided by the shell
-volume.  Over the stars inside ``r_h``: ``rho_c = sum(rho_i^2) / sum(rho_i)``,
-``r_c = sum(rho_i r_i) / sum(rho_i)``, and ``N_core = 4/3 pi r_c^3 rho_c / <m>``.
+volume.  Over the stars inside ``r_h``: ``rho_c = f sum(rho_i^2) / sum(rho_i)``,
+``r_c = sum(rho_i r_i) / sum(rho_i)``, and ``N_core = 4/3 pi r_c^3 (rho_c / <m>) / 2``, with
+the C code's normalisation: ``f = 4/5 x 2 = 1.6`` (its bias correction of the estimator, and a
+factor 2 that brings the weighted mean up to the central density of Plummer and King models;
+for a Plummer sphere rho_c is then 3/(4 pi a^3) = 1.17 within sampling noise) and the 1/2 in
+N_core, so that the C code's core-collapse criterion N_core <= 100 means the same here.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import numpy as np
 from numba import njit
 
 CH_NEIGHBOURS = 6
+#: The C code's density normalisation (4/5 bias correction times 2).
+RHO_FACTOR = 1.6
 
 
 def lagrange_radii(r: np.ndarray, m: np.ndarray, fractions: np.ndarray) -> np.ndarray:
@@ -47,9 +53,9 @@ def core_properties(r, m, r_half):
     r_c : float
         Density-weighted mean radius [Hénon length].
     rho_c : float
-        Density-weighted mean density [Hénon mass / length^3].
+        Density-weighted mean density times 1.6 [Hénon mass / length^3].
     n_core : float
-        ``4/3 pi r_c^3 rho_c / <m>`` (number of stars in the core).
+        ``4/3 pi r_c^3 rho_c / (2 <m>)`` (number of stars in the core, C-code convention).
     """
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
@@ -81,9 +87,9 @@ def core_properties(r, m, r_half):
         i += 1
     if s_rho <= 0.0:
         return np.nan, np.nan, np.nan
-    rho_c = s_rho2 / s_rho
+    rho_c = RHO_FACTOR * s_rho2 / s_rho
     r_c = s_rhor / s_rho
-    n_core = 4.0 / 3.0 * np.pi * r_c ** 3 * rho_c / (mtot / n)
+    n_core = 4.0 / 3.0 * np.pi * r_c ** 3 * 0.5 * rho_c / (mtot / n)
     return r_c, rho_c, n_core
 
 
@@ -101,6 +107,6 @@ def core_properties_reference(r: np.ndarray, m: np.ndarray, r_half: float):
     mass = mc[hi] - mc[np.maximum(lo + 1, 0)]
     r_in = np.where(lo >= 0, r[np.maximum(lo, 0)], 0.0)
     rho = mass / (4.0 / 3.0 * np.pi * (r[hi] ** 3 - r_in ** 3))
-    rho_c = np.sum(rho ** 2) / np.sum(rho)
+    rho_c = RHO_FACTOR * np.sum(rho ** 2) / np.sum(rho)
     r_c = np.sum(rho * r[sel]) / np.sum(rho)
-    return r_c, rho_c, 4.0 / 3.0 * np.pi * r_c ** 3 * rho_c / np.mean(m)
+    return r_c, rho_c, 4.0 / 3.0 * np.pi * r_c ** 3 * 0.5 * rho_c / np.mean(m)

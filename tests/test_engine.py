@@ -35,8 +35,9 @@ def test_core_kernel_matches_reference(plummer_5k):
     got = core_properties(r, m, rh)
     ref = core_properties_reference(r, m, rh)
     np.testing.assert_allclose(got, ref, rtol=1e-10)
-    # Plummer: central density 3/(4 pi a^3) = 1.17; the estimator averages over the core
-    assert 0.5 < got[1] < 1.3
+    # Plummer: central density 3/(4 pi a^3) = 1.17 (the C code's normalisation reaches it)
+    a = 3 * np.pi / 16
+    assert got[1] == pytest.approx(3 / (4 * np.pi * a ** 3), rel=0.15)
     assert 0.2 < got[0] < 0.5
 
 
