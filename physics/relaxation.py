@@ -64,7 +64,7 @@ def block_moments(m, vr, vt, n0):
 
 @njit(cache=True)
 def window_relaxation_times(r_all, moments, n0, coulomb_ratio, width=WINDOW_BLOCKS):
-    """Relaxation time of every window of ``width`` consecutive blocks (sliding by one block).
+    """Relaxation time of consecutive, non-overlapping windows of ``width`` blocks.
 
     ``T = (pi/32) w^3 / (4 <m'^2> n' L)`` with ``w = 4 sigma_3D / sqrt(3 pi)`` the mean relative
     speed of a Maxwellian and ``n'`` = (stars in the window - 1) / (N0 x shell volume between
@@ -73,17 +73,17 @@ def window_relaxation_times(r_all, moments, n0, coulomb_ratio, width=WINDOW_BLOC
     same numbers (no reduction needed).
     """
     nb = moments.shape[0]
-    nw = nb - width + 1 if nb >= width else 1
+    nw = (nb + width - 1) // width
     out = np.empty(nw)
     for wdx in range(nw):
         cnt = 0.0
         v2 = 0.0
         m2 = 0.0
-        for b in range(wdx, min(nb, wdx + width)):
+        for b in range(wdx * width, min(nb, (wdx + 1) * width)):
             cnt += moments[b, 0]
             v2 += moments[b, 1]
             m2 += moments[b, 2]
-        first = wdx * BIN
+        first = wdx * width * BIN
         last = min(r_all.shape[0], first + int(cnt)) - 1
         if cnt < 3.0 or v2 <= 0.0 or m2 <= 0.0:
             out[wdx] = np.inf
