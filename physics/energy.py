@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from physics.potential import locate_radius, radius_lookup_table
+from physics.potential import locate_radius, potential_below, radius_lookup_table
 
 #: Stars per block (the MPI decomposition's unit): the deficit is settled inside a block.
 BLOCK = 20
@@ -70,11 +70,7 @@ def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_o
             rmax_ = rn if rn > ro else ro
             u_nn = phi_all[s] + ms / rn
             k = locate_radius(ro, r_all, lut, lut_lo, lut_inv)
-            if k == 0:
-                u_no = phi_all[0]
-            else:
-                u_no = phi_all[k - 1] + mcum_all[k - 1] * (1.0 / r_all[k - 1] - 1.0 / ro)
-            u_no += ms / rmax_
+            u_no = potential_below(r_all, phi_all, mcum_all, k, ro) + ms / rmax_
             v2 = vr[i] * vr[i] + vt[i] * vt[i]
             v2new = v2 + (phi_on[i] - phi_oo[i]) + (u_no - u_nn)
             if v2new <= 0.0:

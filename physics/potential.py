@@ -46,11 +46,9 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
     return phi, mcum
 
 
-@njit(cache=True)
-def enclosing_index(r: np.ndarray, x: float) -> int:
-    """Number of stars with ``r <= x`` (bisection; ``r`` sorted)."""
-    lo = 0
-    hi = r.shape[0]
+@njit(cache=True, inline="always")
+def _count_at_most(r, x, lo, hi):
+    """Number of stars with ``r <= x``, known to lie in ``[lo, hi]`` (bisection)."""
     while lo < hi:
         mid = (lo + hi) >> 1
         if r[mid] <= x:
@@ -61,12 +59,23 @@ def enclosing_index(r: np.ndarray, x: float) -> int:
 
 
 @njit(cache=True)
-def potential_at_radius(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray, x: float) -> float:
-    """Potential at radius ``x`` by eq 6 (all stars' shells included)."""
-    k = enclosing_index(r, x)
+def enclosing_index(r: np.ndarray, x: float) -> int:
+    """Number of stars with ``r <= x`` (bisection; ``r`` sorted)."""
+    return _count_at_most(r, x, 0, r.shape[0])
+
+
+@njit(cache=True, inline="always")
+def potential_below(r, phi, mcum, k, x):
+    """Potential at ``x`` given ``k`` = number of stars with ``r <= x`` (eq 6)."""
     if k == 0:
         return phi[0]
     return phi[k - 1] + mcum[k - 1] * (1.0 / r[k - 1] - 1.0 / x)
+
+
+@njit(cache=True)
+def potential_at_radius(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray, x: float) -> float:
+    """Potential at radius ``x`` by eq 6 (all stars' shells included)."""
+    return potential_below(r, phi, mcum, enclosing_index(r, x), x)
 
 
 @njit(cache=True)
@@ -148,10 +157,4 @@ def locate_radius(x, r, lut, log_r0, inv_width):
     # r[lo-1] < edge_j <= ... ; widen by one on each side against rounding of log/exp
     lo = lo - 1 if lo > 0 else 0
     hi = hi + 1 if hi < n else n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if r[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return _count_at_most(r, x, lo, hi)
