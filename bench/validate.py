@@ -50,12 +50,18 @@ def analyse(outdir: Path) -> dict:
     }
 
 
+def _all_results() -> list[dict]:
+    """Every docs/validation_*.json written so far (so the report covers earlier runs too)."""
+    return [json.loads(p.read_text()) for p in sorted((ROOT / "docs").glob("validation_*.json"))]
+
+
 def write_report(results: list[dict]) -> Path:
     """docs/validation.md: the numbers of every validation run against the targets."""
     docs = ROOT / "docs"
     lines = ["# Validation: Plummer models to core collapse", "",
              "Made by `make validate` (bench/validate.py); plots: `validation_N*.png`.", "",
-             "| quantity | target | " + " | ".join(f"N = {r['N']:.0e}" for r in results) + " |",
+             "| quantity | target | "
+             + " | ".join(f"N = {r['N']:.0e}, seed {r.get('seed', 1)}" for r in results) + " |",
              "|---|---|" + "---|" * len(results)]
     rows = [("t(r_c < 0.1 r_c0) / t_rh0", "C code 17.0-17.8 (1e4-3e4), 16.6 (1e5)",
              "t_rc_below_0.1_rc0"),
@@ -76,10 +82,12 @@ def write_report(results: list[dict]) -> Path:
     return path
 
 
-def main(ns: list[int], resume: bool = False, threads: int = 0) -> None:
+def main(ns: list[int], resume: bool = False, threads: int = 0,
+         seeds: tuple[int, ...] = (1,)) -> None:
     results = []
-    for n in ns:
-        out = ROOT / "runs" / f"validate_N{n}"
+    for n, seed in [(n, s) for n in ns for s in seeds]:
+        tag = f"N{n}" + (f"_seed{seed}" if seed != 1 else "")
+        out = ROOT / "runs" / f"validate_{tag}"
         if resume and (out / "checkpoint.h5").exists():
             # continue an interrupted validation (or one stopped by the wall-clock limit)
             cmd = [sys.executable, "-m", "cmc.cli", "restart", str(out),
@@ -89,18 +97,20 @@ def main(ns: list[int], resume: bool = False, threads: int = 0) -> None:
                 shutil.rmtree(out)
             cmd = [sys.executable, "-m", "cmc.cli", "run",
                    str(ROOT / "examples/plummer_small.ini"), "-o", str(out),
-                   "--set", f"initial.n={n}", "--set", "run.t_max=30",
+                   "--set", f"initial.n={n}", "--set", f"initial.seed={seed}",
+                   "--set", "run.t_max=30",
                    "--set", f"run.threads={threads}",
                    "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
         subprocess.run(cmd, check=True)
         subprocess.run([sys.executable, "-m", "cmc.cli", "plot", str(out)], check=True)
         res = analyse(out)
+        res["seed"] = seed
         results.append(res)
         docs = ROOT / "docs"
         docs.mkdir(exist_ok=True)
-        (docs / f"validation_N{n}.json").write_text(json.dumps(res, indent=2) + "\n")
-        shutil.copy(out / "evolution.png", docs / f"validation_N{n}.png")
-    write_report(results)
+        (docs / f"validation_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
+        shutil.copy(out / "evolution.png", docs / f"validation_{tag}.png")
+    write_report(sorted(_all_results(), key=lambda r: (r["N"], r.get("seed", 1))))
     keys = list(results[0])
     print(" | ".join(keys))
     for r in results:
@@ -116,5 +126,7 @@ if __name__ == "__main__":
     ap.add_argument("--resume", action="store_true",
                     help="continue runs/validate_N*/ from their checkpoints")
     ap.add_argument("--threads", type=int, default=0, help="numba threads (0: all cores)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1], help="seeds to run for each N")
     a = ap.parse_args()
-    main([int(x) for x in a.n] or [10000, 100000], resume=a.resume, threads=a.threads)
+    main([int(x) for x in a.n] or [10000, 100000], resume=a.resume, threads=a.threads,
+         seeds=tuple(a.seeds))
