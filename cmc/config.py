@@ -66,7 +66,8 @@ class RunConfig:
     t_max: float = _p(30.0, "t_rh0", "stop at this time (initial half-mass relaxation times)",
                       lo=0.0, lo_open=True)
     max_steps: int = _p(1000000, "", "stop after this many steps", lo=1)
-    max_wall_hours: float = _p(0.0, "h", "stop (with a checkpoint) after this wall time; 0: off",
+    max_wall_hours: float = _p(0.0, "h", "stop (with a checkpoint) after this wall time of one "
+                               "invocation (run or restart); 0: off",
                                lo=0.0)
     n_core_stop: float = _p(100.0, "stars", "core collapse: stop when N_core falls below this; "
                             "0: off", lo=0.0)

@@ -458,8 +458,9 @@ class Simulation:
                 wall = time.monotonic() - self._wall_start
                 flags = allreduce_max(self.comm, np.array([
                     float(self._signal),
+                    # per invocation: a batch job's limit (restarts get their own allowance)
                     float(self.cfg.run.max_wall_hours > 0
-                          and self._wall_at_start + wall > 3600 * self.cfg.run.max_wall_hours),
+                          and wall > 3600 * self.cfg.run.max_wall_hours),
                     float(time.monotonic() - self._last_checkpoint
                           > 60 * out.checkpoint_minutes > 0)]))
                 if not reason and flags[0]:

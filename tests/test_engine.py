@@ -148,3 +148,20 @@ def test_sigterm_writes_checkpoint_and_restart_is_exact(tmp_path):
     for k in sa:
         np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
     np.testing.assert_array_equal(ra, rb)
+
+
+def test_wall_clock_limit_stops_with_checkpoint(tmp_path):
+    from cmc.cli import main
+
+    ini = tmp_path / "m.ini"
+    ini.write_text("[initial]\nn = 1000\n[run]\nmax_wall_hours = 1e-7\nn_core_stop = 0\n")
+    assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == 0
+    with h5py.File(tmp_path / "o" / "checkpoint.h5", "r") as fh:
+        assert fh["state"].attrs["stop_reason"] == "wall_clock"
+        assert int(fh["state"].attrs["step"]) == 1
+    # the continuation gets its own allowance and goes on
+    assert main(["restart", str(tmp_path / "o"), "--set", "run.max_wall_hours=0",
+                 "--set", "run.max_steps=3"]) == 0
+    with h5py.File(tmp_path / "o" / "checkpoint.h5", "r") as fh:
+        assert fh["state"].attrs["stop_reason"] == "max_steps"
+        assert int(fh["state"].attrs["step"]) == 3
