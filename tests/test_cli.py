@@ -65,3 +65,13 @@ def test_refuses_to_overwrite_a_run(tmp_path):
     assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == 2
     assert main(["plot", str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "evolution.png").stat().st_size > 1000
+
+
+def test_parameter_doc_is_current():
+    """docs/parameters.md holds the table generated from the declarations (no drift)."""
+    from pathlib import Path
+
+    from cmc.config import parameter_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "parameters.md").read_text()
+    assert parameter_table() in doc
