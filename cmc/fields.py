@@ -38,7 +38,8 @@ STAR_FIELDS: tuple[Field, ...] = (
     Field("startype", "int32", "", "stellar type (BSE k-type; 1 = main sequence)", default=1),
     Field("rad", "float64", "Rsun", "stellar radius (0 until stellar evolution sets it)"),
     Field("m_msun", "float64", "Msun", "mass in solar masses (from the mass function)"),
-    Field("r_old", "float64", "r_vir", "radius before this step's orbit sampling", saved=False),
+    Field("old_index", "int64", "", "global index (radial rank) before this step's orbit "
+          "sampling", saved=False, default=-1),
     Field("phi_oo", "float64", "v_NB^2", "old potential at old radius, own shell removed",
           saved=False),
     Field("phi_on", "float64", "v_NB^2", "old potential at new radius, own shell removed",

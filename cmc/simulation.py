@@ -39,7 +39,7 @@ from parallel.sample_sort import parallel_sort
 from parallel.streams import Streams
 from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
 from physics.orbits import ORBIT_OK, new_orbits
-from physics.potential import compute_potential, potential_energy
+from physics.potential import compute_potential, potential_at_sorted_radii, potential_energy
 from physics.relaxation import block_moments, relax_pairs, window_relaxation_times
 from physics.structure import core_properties, lagrange_radii
 
@@ -250,7 +250,7 @@ class Simulation:
                                                                    + stars.vt[esc] ** 2))))
         m_esc = float(np.sum(stars.m[esc]))
         n_esc = int(np.count_nonzero(esc))
-        stars.r_old = stars.r
+        stars.old_index = np.arange(self.offset, self.offset + n, dtype=np.int64)
         stars.phi_oo = phi_oo
         stars.phi_on = phi_on
         stars.r = r_new
@@ -264,13 +264,16 @@ class Simulation:
         sorted_fields = parallel_sort(self.comm, stars.as_dict(), key="r", tiebreak="id",
                                       sample_size=cfg.sample_size or None)
         self.stars = stars = StarTable(sorted_fields)
+        r_old_all = self.r_all
         self.sync_replicated()
         t5 = time.perf_counter()
         self.timers["sort"] += t5 - t4
         # 6. energy correction
         deficit = np.zeros((stars.n + MIN_CHUNK - 1) // MIN_CHUNK)
-        correct_velocities(self.r_all, self.phi_all, self.mcum_all, self.offset, stars.m,
-                           stars.r_old, stars.vr, stars.vt, stars.phi_oo, stars.phi_on, deficit)
+        phi_at_old = potential_at_sorted_radii(self.r_all, self.phi_all, self.mcum_all, r_old_all)
+        correct_velocities(self.r_all, self.phi_all, self.offset, stars.m, r_old_all, phi_at_old,
+                           stars.old_index, stars.vr, stars.vt, stars.phi_oo, stars.phi_on,
+                           deficit)
         d_total = float(allreduce_sum(self.comm, np.array([deficit.sum()]))[0])
         if d_total > 0.0:
             self._take_deficit(deficit)

@@ -20,8 +20,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from physics.potential import locate_radius, potential_below, radius_lookup_table
-
 #: Stars per block (the MPI decomposition's unit): the deficit is settled inside a block.
 BLOCK = 20
 
@@ -31,8 +29,8 @@ TAKE_FRACTION = 0.8
 
 
 @njit(cache=True, parallel=True)
-def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_oo, phi_on,
-                       deficit):
+def correct_velocities(r_all, phi_all, offset, m, r_old_all, phi_at_old, old_index, vr, vt,
+                       phi_oo, phi_on, deficit):
     """Apply the energy correction in place.
 
     Where ``v_new^2 <= 0`` the star keeps its sampled velocity (as the C code does) and the
@@ -44,12 +42,17 @@ def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_o
 
     Parameters
     ----------
-    r_all, phi_all, mcum_all : ndarray
-        Replicated radii, potential and enclosed mass after the sort (new potential).
+    r_all, phi_all : ndarray
+        Replicated radii and potential after the sort (new potential).
     offset : int
         Global index of local star 0.
-    m, r_old : ndarray
-        Local masses and radii before the orbit step.
+    m : ndarray
+        Local masses.
+    r_old_all, phi_at_old : ndarray, shape (N_old,)
+        Replicated radii before the orbit step, and the new potential (all shells) there
+        (:func:`physics.potential.potential_at_sorted_radii`).
+    old_index : ndarray of int64
+        Each local star's index in ``r_old_all``.
     vr, vt : ndarray
         Sampled velocities at the new radius; corrected in place.
     phi_oo, phi_on : ndarray
@@ -58,19 +61,18 @@ def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_o
         Output: energy each block could not pay [Hénon energy] (0 nearly always).
     """
     n = m.shape[0]
-    lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
     nb = (n + BLOCK - 1) // BLOCK
     for b in prange(nb):
         owed = 0.0
         for i in range(b * BLOCK, min(n, (b + 1) * BLOCK)):
             s = offset + i
             rn = r_all[s]
-            ro = r_old[i]
+            j = old_index[i]
+            ro = r_old_all[j]
             ms = m[i]
             rmax_ = rn if rn > ro else ro
             u_nn = phi_all[s] + ms / rn
-            k = locate_radius(ro, r_all, lut, lut_lo, lut_inv)
-            u_no = potential_below(r_all, phi_all, mcum_all, k, ro) + ms / rmax_
+            u_no = phi_at_old[j] + ms / rmax_
             v2 = vr[i] * vr[i] + vt[i] * vt[i]
             v2new = v2 + (phi_on[i] - phi_oo[i]) + (u_no - u_nn)
             if v2new <= 0.0:
@@ -92,6 +94,49 @@ def correct_velocities(r_all, phi_all, mcum_all, offset, m, r_old, vr, vt, phi_o
                 vt[i] *= g
                 owed -= pay
         deficit[b] = owed
+
+
+def correct_velocities_reference(r_all, m_all, offset, m, r_old, vr, vt, phi_oo, phi_on):
+    """Plain version of :func:`correct_velocities` from the shell sums of eq 1.
+
+    ``r_all, m_all`` are the new sorted radii and masses, ``r_old`` each local star's radius
+    before the orbit step.  Returns ``(vr, vt, deficit)`` (new arrays).
+    """
+    r_all = np.asarray(r_all, dtype=float)
+    m_all = np.asarray(m_all, dtype=float)
+    vr = np.array(vr, dtype=float)
+    vt = np.array(vt, dtype=float)
+
+    def potential(x):  # all shells: -(mass inside x)/x - sum of m_k/r_k outside
+        inside = r_all <= x
+        return -m_all[inside].sum() / x - (m_all[~inside] / r_all[~inside]).sum()
+
+    n = len(m)
+    deficit = np.zeros((n + BLOCK - 1) // BLOCK)
+    for b in range(deficit.size):
+        owed = 0.0
+        for i in range(b * BLOCK, min(n, (b + 1) * BLOCK)):
+            rn, ro, ms = r_all[offset + i], r_old[i], m[i]
+            u_nn = potential(rn) + ms / rn
+            u_no = potential(ro) + ms / max(rn, ro)
+            v2 = vr[i] ** 2 + vt[i] ** 2
+            v2new = v2 + (phi_on[i] - phi_oo[i]) + (u_no - u_nn)
+            if v2new <= 0.0:
+                owed += 0.5 * ms * (v2 - v2new)
+                continue
+            if v2 > 0.0:
+                vr[i] *= np.sqrt(v2new / v2)
+                vt[i] *= np.sqrt(v2new / v2)
+            else:
+                vt[i] = np.sqrt(v2new)
+            if owed > 0.0:
+                ke = 0.5 * ms * v2new
+                pay = min(TAKE_FRACTION * ke, owed)
+                vr[i] *= np.sqrt((ke - pay) / ke)
+                vt[i] *= np.sqrt((ke - pay) / ke)
+                owed -= pay
+        deficit[b] = owed
+    return vr, vt, deficit
 
 
 @njit(cache=True)
