@@ -328,20 +328,23 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
         x = 0.5 * (rmin + rmax) + 0.25 * width * (3.0 * u - u * u * u)
         k = _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, hi_idx)
         a, b = _interval_coeffs(k, r, phi, mcum, s, ms, rs)
-        q = 2.0 * (e - a) + 2.0 * b / x - j2 / (x * x)
+        inv_x = 1.0 / x
+        q = 2.0 * (e - a) + (2.0 * b - j2 * inv_x) * inv_x
         if q <= 0.0:
             if trials >= MAX_TRIALS:
                 break
             continue
-        g = 0.75 * width * (1.0 - u * u) / np.sqrt(q)
-        if g > fbound:
+        # g = dx/du / |v_r| = gnum / sqrt(q); tests multiplied by sqrt(q) need no division
+        gnum = 0.75 * width * (1.0 - u * u)
+        sq = np.sqrt(q)
+        if gnum > fbound * sq:
             # The envelope was too low for this orbit: raise it and start again.
             violations += 1
-            scale = 1.2 * g / fbound
+            scale = 1.2 * gnum / (fbound * sq)
             ea *= scale
             eb *= scale
             continue
-        if y < g or trials >= MAX_TRIALS:
+        if y * sq < gnum or trials >= MAX_TRIALS:
             break
     vr = np.sqrt(q) if q > 0.0 else 0.0
     if taus_uniform(states, blk) < 0.5:
@@ -349,7 +352,7 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
     out[0] = x
     out[1] = vr
     out[2] = jang / x
-    out[3] = a - b / x
+    out[3] = a - b * inv_x
     out[4] = trials
     out[5] = violations
 

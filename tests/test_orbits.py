@@ -16,6 +16,28 @@ from physics.potential import (
 from tests.conftest import rng_states
 
 
+@pytest.mark.parametrize("per_bucket", [1, 4])
+def test_locate_radius_matches_bisection(per_bucket):
+    """The table lookup counts the stars with r <= x exactly (duplicates, 12 decades)."""
+    from numba import njit
+
+    from physics.potential import enclosing_index, locate_radius
+
+    @njit
+    def locate_all(r, xs, lut, f0, inv):
+        return np.array([locate_radius(x, r, lut, f0, inv) for x in xs])
+
+    gen = np.random.default_rng(11)
+    r = np.sort(np.concatenate([10.0 ** gen.uniform(-8, 4, 5000), np.full(30, 0.5)]))
+    r[100:110] = r[100]  # a run of equal radii
+    lut = radius_lookup_table(r, per_bucket)
+    xs = np.concatenate([r, np.nextafter(r, 0), np.nextafter(r, np.inf),
+                         10.0 ** gen.uniform(-9, 5, 5000), [0.0, 1e-300, 1e300]])
+    got = locate_all(r, xs, *lut)
+    want = np.array([enclosing_index(r, x) for x in xs])
+    np.testing.assert_array_equal(got, want)
+
+
 def phi_self_removed(r, phi, mcum, s, m_s, x):
     """Reference: potential at x of all stars but s (plain Python, eq 6)."""
     return potential_at_radius(r, phi, mcum, x) + m_s / max(x, r[s])
