@@ -293,6 +293,13 @@ def test_pack_unpack_roundtrip():
         assert back[k].dtype == v.dtype and back[k].flags.c_contiguous
         assert not np.shares_memory(back[k], rec)
     assert list(unpack_records(rec, ["m", "r"])) == ["m", "r"]
+    # with a permutation (whole-record gather), and a layout that is not word-aligned
+    order = np.random.default_rng(2).permutation(50)
+    for extra in ({}, {"flag": np.arange(50, dtype=np.int8)}):
+        fields = {**stars, **extra}
+        back = unpack_records(pack_records(fields, order))
+        for k, v in fields.items():
+            np.testing.assert_array_equal(back[k], v[order])
     with pytest.raises(ValueError):
         pack_records({"a": np.zeros(3), "b": np.zeros(4)})
     with pytest.raises(ValueError):
