@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 import numba
@@ -36,11 +37,22 @@ def configure_numba_cache() -> None:
     """Point numba's cache at ``<base>/kernels-<hash>`` before any kernel is defined.
 
     ``<base>`` is ``$NUMBA_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/henon-cmc`` (default
-    ``~/.cache/henon-cmc``).  Idempotent; called by the ``physics`` and ``parallel`` packages.
+    ``~/.cache/henon-cmc``), else (not writable) the temporary directory.  Idempotent; called
+    by the ``physics`` and ``parallel`` packages.
     """
     if getattr(numba.config, "_cmc_cache_configured", False):
         return
-    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "henon-cmc")
-    numba.config.CACHE_DIR = os.path.join(base, f"kernels-{kernel_source_hash()}")
+    tag = f"kernels-{kernel_source_hash()}"
+    bases = [os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "henon-cmc"),
+        os.path.join(tempfile.gettempdir(), f"henon-cmc-{os.getuid()}")]
+    for base in bases:
+        path = os.path.join(base, tag)
+        try:
+            os.makedirs(path, exist_ok=True)
+            tempfile.TemporaryFile(dir=path).close()
+        except OSError:
+            continue
+        numba.config.CACHE_DIR = path
+        break
     numba.config._cmc_cache_configured = True
