@@ -348,8 +348,8 @@ class Simulation:
         k = kinetic
         w = potential_energy(self.r_all, self.m_all, self.phi_all)
         mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
-        lr = lagrange_radii(self.r_all, self.m_all, self.fractions)
-        r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]))[0])
+        lr = lagrange_radii(self.r_all, self.m_all, self.fractions, self.mcum_all)
+        r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]), self.mcum_all)[0])
         r_c, rho_c, n_core = core_properties(self.r_all, self.m_all, r_h)
         e_tot = k + w + st.e_escaped
         unit_nb = st.n0 / st.lnl0

@@ -21,7 +21,8 @@ CH_NEIGHBOURS = 6
 RHO_FACTOR = 1.6
 
 
-def lagrange_radii(r: np.ndarray, m: np.ndarray, fractions: np.ndarray) -> np.ndarray:
+def lagrange_radii(r: np.ndarray, m: np.ndarray, fractions: np.ndarray,
+                   mcum: np.ndarray | None = None) -> np.ndarray:
     """Radii enclosing the given fractions of the total mass.
 
     Parameters
@@ -30,6 +31,8 @@ def lagrange_radii(r: np.ndarray, m: np.ndarray, fractions: np.ndarray) -> np.nd
         Sorted radii and masses [Hénon units].
     fractions : ndarray
         Mass fractions in (0, 1).
+    mcum : ndarray, optional
+        ``cumsum(m)`` if the caller has it (the potential computes it).
 
     Returns
     -------
@@ -38,7 +41,7 @@ def lagrange_radii(r: np.ndarray, m: np.ndarray, fractions: np.ndarray) -> np.nd
     """
     if r.size == 0:
         return np.full(len(fractions), np.nan)
-    mcum = np.cumsum(m)
+    mcum = np.cumsum(m) if mcum is None else mcum
     idx = np.searchsorted(mcum, np.asarray(fractions) * mcum[-1], side="left")
     idx = np.clip(idx, 0, r.size - 1)
     return r[idx]
