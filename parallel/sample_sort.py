@@ -132,7 +132,9 @@ def pack_records(fields: Mapping[str, np.ndarray], order: np.ndarray | None = No
 
 # Packing field by field writes one member of every record per pass: with records larger
 # than the cache, each pass moves the whole buffer through memory (12 fields: 12 passes).
-# These kernels fill (or empty) each record in one go, as rows of 32-bit words.
+# These kernels fill (or empty) each record in one go, as rows of 32-bit words.  Two mirror
+# kernels rather than one with a direction flag: the flagged one measured 30-40 % slower
+# (2 x 500k-star sort: 140 -> 200 ms).
 
 
 @njit(cache=True, parallel=True)
@@ -215,8 +217,9 @@ def _take(rec: np.ndarray, order: np.ndarray) -> np.ndarray:
     """``rec[order]`` for structured arrays, moving each record as one opaque blob.
 
     Records whose size is a multiple of 8 bytes (aligned members make them so) are copied as
-    rows of 64-bit words by a compiled loop (5x faster than numpy on 500k records); others
-    through a void view, itself several times faster than indexing the structured array.
+    rows of 64-bit words by a compiled loop (5x faster than numpy on 500k records; 32-bit
+    rows are slower); others through a void view, itself several times faster than indexing
+    the structured array.
     """
     rec = np.ascontiguousarray(rec)
     size = rec.dtype.itemsize

@@ -20,8 +20,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from parallel.decomposition import MIN_CHUNK
+
 #: Stars per block (the MPI decomposition's unit): the deficit is settled inside a block.
-BLOCK = 20
+BLOCK = MIN_CHUNK
 
 
 #: Largest fraction of a star's kinetic energy that may be taken to pay another's deficit.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from parallel.decomposition import MIN_CHUNK
 from parallel.rng import taus_uniform
 from physics.potential import locate_radius, radius_lookup_table
 
@@ -84,27 +85,22 @@ def search_levels(r, phi):
     """
     n = r.shape[0]
     k = 0
-    stride = 1
-    while (n + stride - 1) // stride > TOP_ENTRIES:
-        stride *= FANOUT
+    while (n + (1 << (k * FANOUT_BITS)) - 1) >> (k * FANOUT_BITS) > TOP_ENTRIES:
         k += 1
-    strides = np.empty(k, dtype=np.int64)
     shifts = np.empty(k, dtype=np.int64)
     offsets = np.empty(k, dtype=np.int64)
     total = 0
     for lev in range(k):
-        strides[lev] = stride
         shifts[lev] = (k - lev) * FANOUT_BITS
         offsets[lev] = total
-        total += (n + stride - 1) // stride
-        stride //= FANOUT
+        total += (n + (1 << shifts[lev]) - 1) >> shifts[lev]
     lev_r = np.empty(total)
     lev_phi = np.empty(total)
     for lev in range(k):
-        st = strides[lev]
-        for c in range((n + st - 1) // st):
-            lev_r[offsets[lev] + c] = r[c * st]
-            lev_phi[offsets[lev] + c] = phi[c * st]
+        sh = shifts[lev]
+        for c in range((n + (1 << sh) - 1) >> sh):
+            lev_r[offsets[lev] + c] = r[c << sh]
+            lev_phi[offsets[lev] + c] = phi[c << sh]
     return lev_r, lev_phi, offsets, shifts
 
 
@@ -122,15 +118,11 @@ def _turning_predicate(x, p, outside, c1, c2, j2):
 
 
 @njit(cache=True, inline="always")
-def _count_true(xs, ps, start, stop, step, outside, c1, c2, j2):
-    """Number of indices in range(start, stop, step) where the predicate holds."""
+def _count_true(xs, ps, start, stop, outside, c1, c2, j2):
+    """Number of indices in range(start, stop) where the predicate holds."""
     cnt = 0
-    if outside:
-        for i in range(start, stop, step):
-            cnt += ((c1 - 2.0 * ps[i]) * xs[i] - c2) * xs[i] >= j2
-    else:
-        for i in range(start, stop, step):
-            cnt += (c1 - 2.0 * ps[i]) * xs[i] * xs[i] < j2
+    for i in range(start, stop):
+        cnt += _turning_predicate(xs[i], ps[i], outside, c1, c2, j2)
     return cnt
 
 
@@ -154,7 +146,7 @@ def _narrow(lo, hi, sh, off, lev_r, lev_phi, outside, c1, c2, j2):
     c_last = (hi - 1) >> sh
     if c_first > c_last:
         return lo, hi
-    cnt = _count_true(lev_r, lev_phi, off + c_first, off + c_last + 1, 1, outside, c1, c2, j2)
+    cnt = _count_true(lev_r, lev_phi, off + c_first, off + c_last + 1, outside, c1, c2, j2)
     if cnt > 0:
         lo = (c_first + cnt - 1) << sh
     if c_first + cnt <= c_last:
@@ -195,9 +187,9 @@ def _level_search(s, r, phi, levels, c1_in, c1_out, c2, j2, bound):
         lo_p, hi_p = _narrow(lo_p, hi_p, sh, off, lev_r, lev_phi, False, c1_in, 0.0, j2)
         if bound:
             lo_a, hi_a = _narrow(lo_a, hi_a, sh, off, lev_r, lev_phi, True, c1_out, c2, j2)
-    lo_p = lo_p + _count_true(r, phi, lo_p + 1, hi_p, 1, False, c1_in, 0.0, j2)
+    lo_p = lo_p + _count_true(r, phi, lo_p + 1, hi_p, False, c1_in, 0.0, j2)
     if bound:
-        lo_a = lo_a + _count_true(r, phi, lo_a + 1, hi_a, 1, True, c1_out, c2, j2)
+        lo_a = lo_a + _count_true(r, phi, lo_a + 1, hi_a, True, c1_out, c2, j2)
     return lo_p, lo_a
 
 
@@ -389,8 +381,8 @@ def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
     levels = search_levels(r_all, phi_all)
     for blk in prange(nblocks):
         out = np.empty(6)
-        i0 = blk * 20
-        i1 = min(i0 + 20, n)
+        i0 = blk * MIN_CHUNK
+        i1 = min(i0 + MIN_CHUNK, n)
         tr = 0.0
         viol = 0.0
         for i in range(i0, i1):

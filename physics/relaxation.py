@@ -14,13 +14,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from parallel.decomposition import MIN_CHUNK
 from parallel.rng import taus_uniform
 
 #: Neighbours on each side for the local density of a pair (the C code's AVEKERNEL).
 DENSITY_NEIGHBOURS = 20
 #: Consecutive 20-star blocks in one time-step window (40 stars, as the C code's 2 AVEKERNEL).
 WINDOW_BLOCKS = 2
-BIN = 20
+#: Stars per bin: the decomposition's block, so that pairs and bins never straddle ranks.
+BIN = MIN_CHUNK
 
 
 @njit(cache=True)
