@@ -1,0 +1,700 @@
+"""Compiled kernels of the few-body encounter engine (see :mod:`physics.fewbody`).
+
+Everything here works on small arrays in the encounter's centre-of-mass frame with G = 1:
+``x``, ``v`` of shape ``(nmax, 3)``, masses ``m`` and radii ``rad`` of shape ``(nmax,)``, of which
+the first ``n`` rows are live bodies.  ``members[i]`` is a bit mask of the input bodies that
+body ``i`` is made of (a merger ORs them).
+
+Integrator: the logarithmic-Hamiltonian ("algorithmically regularised") leapfrog of Mikkola &
+Tanikawa (1999) and Preto & Tremaine (1999) -- drift ``dt = h / (T + B)``, kick ``dt = h / U``
+with ``B = -E`` -- which follows a Kepler orbit exactly in shape, through any pericentre, made
+accurate to a tolerance by Gragg-Bulirsch-Stoer extrapolation in ``h^2`` (the leapfrog is
+time-symmetric).  Errors are measured on every pair's separation and relative velocity, so a
+tight binary far from the centre of mass is resolved as well as the outer orbit.
+
+Classification: the hierarchy built by pairing the most bound top-level pair, repeatedly (as
+Fewbody does); the encounter is over when the top-level objects are unbound and receding, the
+tidal perturbation on every bound top-level object is below the tolerance, and every
+hierarchical triple is stable by Mardling & Aarseth (2001).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# status codes returned by integrate_encounter
+STATUS_DONE = 0
+STATUS_TIME_LIMIT = 1
+STATUS_STEP_LIMIT = 2
+STATUS_FAILED = 3
+
+#: Gragg-Bulirsch-Stoer: leapfrog substeps of each extrapolation row.  The leapfrog is
+#: symmetric, so any sequence has an error expansion in even powers of the substep; the
+#: harmonic-like 1, 2, 3, ... costs least per row.
+SEQUENCE = np.arange(1, 13, dtype=np.int64)
+KMAX = SEQUENCE.size
+
+# indices into the integer statistics array
+IST_STEPS = 0
+IST_REJECTED = 1
+IST_FORCES = 2
+IST_MERGERS = 3
+IST_CLASSIFY = 4
+N_ISTATS = 5
+
+
+@njit(cache=True)
+def kinetic_energy(v, m, n):
+    """Kinetic energy of the first ``n`` bodies."""
+    t = 0.0
+    for i in range(n):
+        t += 0.5 * m[i] * (v[i, 0] * v[i, 0] + v[i, 1] * v[i, 1] + v[i, 2] * v[i, 2])
+    return t
+
+
+@njit(cache=True)
+def potential_energy(x, m, n):
+    """``U = sum_{i<j} m_i m_j / r_ij`` (positive; the potential energy is ``-U``)."""
+    u = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = x[j, 0] - x[i, 0]
+            dy = x[j, 1] - x[i, 1]
+            dz = x[j, 2] - x[i, 2]
+            u += m[i] * m[j] / np.sqrt(dx * dx + dy * dy + dz * dz)
+    return u
+
+
+@njit(cache=True)
+def angular_momentum(x, v, m, n, out):
+    """Total angular momentum of the first ``n`` bodies into ``out`` (3,)."""
+    out[:] = 0.0
+    for i in range(n):
+        out[0] += m[i] * (x[i, 1] * v[i, 2] - x[i, 2] * v[i, 1])
+        out[1] += m[i] * (x[i, 2] * v[i, 0] - x[i, 0] * v[i, 2])
+        out[2] += m[i] * (x[i, 0] * v[i, 1] - x[i, 1] * v[i, 0])
+
+
+@njit(cache=True)
+def _accelerations(x, m, n, acc):
+    """Fill ``acc`` and return ``U`` (positive)."""
+    u = 0.0
+    for i in range(n):
+        acc[i, 0] = 0.0
+        acc[i, 1] = 0.0
+        acc[i, 2] = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = x[j, 0] - x[i, 0]
+            dy = x[j, 1] - x[i, 1]
+            dz = x[j, 2] - x[i, 2]
+            r2 = dx * dx + dy * dy + dz * dz
+            inv = 1.0 / np.sqrt(r2)
+            inv3 = inv * inv * inv
+            u += m[i] * m[j] * inv
+            acc[i, 0] += m[j] * dx * inv3
+            acc[i, 1] += m[j] * dy * inv3
+            acc[i, 2] += m[j] * dz * inv3
+            acc[j, 0] -= m[i] * dx * inv3
+            acc[j, 1] -= m[i] * dy * inv3
+            acc[j, 2] -= m[i] * dz * inv3
+    return u
+
+
+@njit(cache=True)
+def _drift(x, v, m, n, bconst, h):
+    """Drift by ``h`` in the regularised time: ``dt = h / (T + B)``; returns dt (< 0: fail)."""
+    tb = kinetic_energy(v, m, n) + bconst
+    if not tb > 0.0:
+        return -1.0
+    dt = h / tb
+    for i in range(n):
+        for c in range(3):
+            x[i, c] += dt * v[i, c]
+    return dt
+
+
+@njit(cache=True)
+def leapfrog(x, v, m, n, bconst, hstep, nsub, acc):
+    """``nsub`` logarithmic-Hamiltonian DKD leapfrog steps of ``hstep / nsub`` in place.
+
+    Returns
+    -------
+    float
+        Physical time advanced; negative if ``T + B`` went non-positive (step too large).
+    """
+    h = hstep / nsub
+    t = _drift(x, v, m, n, bconst, 0.5 * h)
+    if t < 0.0:
+        return -1.0
+    for s in range(nsub):
+        u = _accelerations(x, m, n, acc)
+        dtk = h / u
+        for i in range(n):
+            for c in range(3):
+                v[i, c] += dtk * acc[i, c]
+        dt = _drift(x, v, m, n, bconst, h if s < nsub - 1 else 0.5 * h)
+        if dt < 0.0:
+            return -1.0
+        t += dt
+    return t
+
+
+@njit(cache=True)
+def _pack(x, v, t, n, y):
+    k = 0
+    for i in range(n):
+        for c in range(3):
+            y[k] = x[i, c]
+            k += 1
+    for i in range(n):
+        for c in range(3):
+            y[k] = v[i, c]
+            k += 1
+    y[k] = t
+
+
+@njit(cache=True)
+def _unpack(y, n, x, v):
+    k = 0
+    for i in range(n):
+        for c in range(3):
+            x[i, c] = y[k]
+            k += 1
+    for i in range(n):
+        for c in range(3):
+            v[i, c] = y[k]
+            k += 1
+    return y[k]
+
+
+@njit(cache=True)
+def _scaled_error(ya, yb, n, t0):
+    """Largest relative difference of pair separations, relative velocities and time step."""
+    off = 3 * n
+    err = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            d2 = 0.0
+            s2 = 0.0
+            w2 = 0.0
+            q2 = 0.0
+            for c in range(3):
+                sa = ya[3 * j + c] - ya[3 * i + c]
+                sb = yb[3 * j + c] - yb[3 * i + c]
+                d2 += (sa - sb) * (sa - sb)
+                s2 += sa * sa
+                wa = ya[off + 3 * j + c] - ya[off + 3 * i + c]
+                wb = yb[off + 3 * j + c] - yb[off + 3 * i + c]
+                w2 += (wa - wb) * (wa - wb)
+                q2 += wa * wa
+            e = np.sqrt(d2 / s2)
+            if e > err:
+                err = e
+            if q2 > 0.0:
+                e = np.sqrt(w2 / q2)
+                if e > err:
+                    err = e
+    k = 6 * n
+    dts = abs(ya[k] - t0)
+    if dts > 0.0:
+        e = abs(ya[k] - yb[k]) / dts
+        if e > err:
+            err = e
+    return err
+
+
+@njit(cache=True)
+def bs_step(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v, acc, tab, ynew, errs):
+    """One Gragg-Bulirsch-Stoer step of the logarithmic-Hamiltonian leapfrog.
+
+    Parameters
+    ----------
+    x, v : ndarray, shape (nmax, 3)
+        State at the start (not modified).
+    t : float
+        Physical time at the start.
+    hstep : float
+        Step in the regularised time ``s``.
+    tol : float
+        Relative tolerance on pair separations, relative velocities and the time step.
+    kmax : int
+        Most extrapolation rows.
+    seq : ndarray of int64
+        Leapfrog substeps of each row (:data:`SEQUENCE`).
+    ws_x, ws_v, acc : ndarray, shape (nmax, 3)
+        Work space.
+    tab : ndarray, shape (KMAX, KMAX, 6 nmax + 1)
+        Extrapolation tableau (work space).
+    ynew : ndarray, shape (6 nmax + 1,)
+        Extrapolated state ``(x, v, t)`` when converged.
+    errs : ndarray, shape (KMAX,)
+        Out: error estimate of each row computed (relative to ``tol``).
+
+    Returns
+    -------
+    k : int
+        Row (1-based) at which the step converged, 0 if it did not.
+    err : float
+        Error estimate relative to ``tol`` at that row (or the last one).
+    forces : int
+        Force evaluations spent.
+    """
+    ny = 6 * n + 1
+    forces = 0
+    err = np.inf
+    for k in range(kmax):
+        nsub = seq[k]
+        for i in range(n):
+            for c in range(3):
+                ws_x[i, c] = x[i, c]
+                ws_v[i, c] = v[i, c]
+        dt = leapfrog(ws_x, ws_v, m, n, bconst, hstep, nsub, acc)
+        forces += nsub
+        if dt < 0.0:
+            return 0, np.inf, forces
+        _pack(ws_x, ws_v, t + dt, n, tab[k, 0])
+        for j in range(1, k + 1):
+            ratio = seq[k] / seq[k - j]
+            den = ratio * ratio - 1.0
+            for q in range(ny):
+                tab[k, j, q] = tab[k, j - 1, q] + (tab[k, j - 1, q] - tab[k - 1, j - 1, q]) / den
+        if k >= 1:
+            err = _scaled_error(tab[k, k], tab[k, k - 1], n, t) / tol
+            errs[k] = err
+            if not np.isfinite(err):
+                return 0, np.inf, forces
+            if err <= 1.0:
+                for q in range(ny):
+                    ynew[q] = tab[k, k, q]
+                return k + 1, err, forces
+    return 0, err, forces
+
+
+@njit(cache=True)
+def _next_step_factor(k, errs, seq, kmax):
+    """Step-size factor after a step accepted at row ``k`` (1-based), by least work per unit step.
+
+    The error of row ``j`` scales as ``h^(2j - 1)``; each candidate row (``k - 1``, ``k``) gets
+    the step that would bring its error to 0.65 of the tolerance, and the one with the least
+    force evaluations per unit step wins; if that is row ``k`` and it is clearly cheaper than
+    ``k - 1``, aim one row higher with the step scaled by the work ratio (as in Hairer &
+    Wanner's ODEX).
+    """
+    best_w = np.inf
+    best_f = 1.0
+    best_j = k
+    w_prev = np.inf
+    work = 0.0
+    for j in range(1, k + 1):
+        work += seq[j - 1]
+        if j < 2 or j < k - 1:
+            continue
+        e = max(errs[j - 1], 1e-12)
+        f = 0.94 * (0.65 / e) ** (1.0 / (2 * j - 1))
+        f = min(8.0, max(0.1, f))
+        w = work / f
+        if j == k - 1:
+            w_prev = w
+        if w < best_w:
+            best_w = w
+            best_f = f
+            best_j = j
+    if best_j == k and k < kmax - 1 and best_w < 0.9 * w_prev:
+        best_f *= (work + seq[k]) / work
+    return min(8.0, best_f)
+
+
+@njit(cache=True)
+def _pair_orbit(xi, vi, mi, xj, vj, mj):
+    """Two-body energy, semi-major axis, eccentricity of a pair (a = inf if unbound)."""
+    mt = mi + mj
+    mu = mi * mj / mt
+    rx = xj[0] - xi[0]
+    ry = xj[1] - xi[1]
+    rz = xj[2] - xi[2]
+    wx = vj[0] - vi[0]
+    wy = vj[1] - vi[1]
+    wz = vj[2] - vi[2]
+    r = np.sqrt(rx * rx + ry * ry + rz * rz)
+    w2 = wx * wx + wy * wy + wz * wz
+    eps = 0.5 * w2 - mt / r
+    hx = ry * wz - rz * wy
+    hy = rz * wx - rx * wz
+    hz = rx * wy - ry * wx
+    h2 = hx * hx + hy * hy + hz * hz
+    e2 = 1.0 + 2.0 * eps * h2 / (mt * mt)
+    e = np.sqrt(e2) if e2 > 0.0 else 0.0
+    a = -mt / (2.0 * eps) if eps < 0.0 else np.inf
+    return mu * eps, a, e, r, rx * wx + ry * wy + rz * wz
+
+
+@njit(cache=True)
+def _mutual_inclination(tx, tv, tm, inner, outer, ch):
+    """Angle between the inner binary's and the outer orbit's angular momenta."""
+    c1 = ch[inner, 0]
+    c2 = ch[inner, 1]
+    li = np.empty(3)
+    lo = np.empty(3)
+    rin = tx[c2] - tx[c1]
+    win = tv[c2] - tv[c1]
+    rout = tx[outer] - tx[inner]
+    wout = tv[outer] - tv[inner]
+    li[0] = rin[1] * win[2] - rin[2] * win[1]
+    li[1] = rin[2] * win[0] - rin[0] * win[2]
+    li[2] = rin[0] * win[1] - rin[1] * win[0]
+    lo[0] = rout[1] * wout[2] - rout[2] * wout[1]
+    lo[1] = rout[2] * wout[0] - rout[0] * wout[2]
+    lo[2] = rout[0] * wout[1] - rout[1] * wout[0]
+    ni = np.sqrt(li[0] ** 2 + li[1] ** 2 + li[2] ** 2)
+    no = np.sqrt(lo[0] ** 2 + lo[1] ** 2 + lo[2] ** 2)
+    if ni == 0.0 or no == 0.0:
+        return 0.0
+    c = (li[0] * lo[0] + li[1] * lo[1] + li[2] * lo[2]) / (ni * no)
+    c = min(1.0, max(-1.0, c))
+    return np.arccos(c)
+
+
+@njit(cache=True)
+def tidal_perturbation(m1, m2, m_pert, apo, d):
+    """Tidal force of ``m_pert`` at distance ``d`` relative to a binary's internal force.
+
+    ``2 (m1 + m2) m_pert apo / d^3`` against ``m1 m2 / apo^2`` at apocentre ``apo`` (Fewbody's
+    ratio of forces, as CMC uses it for the starting distance).
+    """
+    return 2.0 * (m1 + m2) * m_pert * apo ** 3 / (m1 * m2 * d ** 3)
+
+
+@njit(cache=True)
+def mardling_aarseth_stable(a_in, a_out, e_out, q_out, incl):
+    """Mardling & Aarseth (2001) stability of a hierarchical triple.
+
+    Stable when the outer pericentre ``a_out (1 - e_out)`` is at least
+    ``2.8 a_in (1 - 0.3 i / pi) [(1 + q_out)(1 + e_out) / sqrt(1 - e_out)]^(2/5)``,
+    ``q_out = m_out / m_in`` and ``i`` the mutual inclination (rad); ``q_out > 5`` counts as
+    unstable, as in Fewbody (outside the fit's range).
+    """
+    if not (e_out < 1.0) or not np.isfinite(a_out) or q_out > 5.0:
+        return False
+    crit = 2.8 * a_in * (1.0 - 0.3 * incl / np.pi) * (
+        (1.0 + q_out) * (1.0 + e_out) / np.sqrt(1.0 - e_out)
+    ) ** 0.4
+    return a_out * (1.0 - e_out) >= crit
+
+
+@njit(cache=True)
+def classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top):
+    """Build the hierarchy of the first ``n`` bodies and decide whether the encounter is over.
+
+    Parameters
+    ----------
+    x, v, m, rad, n
+        Current bodies.
+    tidal_tol : float
+        Largest tidal perturbation (:func:`tidal_perturbation`) a bound top-level object may
+        feel from any other top-level object.
+    tx, tv : ndarray, shape (2 nmax - 1, 3)
+        Out: centre-of-mass position and velocity of every node (leaves first).
+    tm, ta, te : ndarray, shape (2 nmax - 1,)
+        Out: node mass, semi-major axis and eccentricity of its orbit (0 for leaves).
+    ch : ndarray of int64, shape (2 nmax - 1, 2)
+        Out: the two children of a node, -1 for leaves.
+    top : ndarray of int64, shape (nmax,)
+        Out: the top-level nodes.
+
+    Returns
+    -------
+    done : bool
+    n_nodes : int
+    n_top : int
+    """
+    for i in range(n):
+        for c in range(3):
+            tx[i, c] = x[i, c]
+            tv[i, c] = v[i, c]
+        tm[i] = m[i]
+        ta[i] = 0.0
+        te[i] = 0.0
+        ch[i, 0] = -1
+        ch[i, 1] = -1
+        top[i] = i
+    nn = n
+    ntop = n
+    while ntop >= 2:
+        best = 0.0
+        bp = -1
+        bq = -1
+        for p in range(ntop):
+            for q in range(p + 1, ntop):
+                ip = top[p]
+                iq = top[q]
+                eb, a, e, r, rv = _pair_orbit(tx[ip], tv[ip], tm[ip], tx[iq], tv[iq], tm[iq])
+                if eb < best:
+                    best = eb
+                    bp = p
+                    bq = q
+        if bp < 0:
+            break
+        ip = top[bp]
+        iq = top[bq]
+        eb, a, e, r, rv = _pair_orbit(tx[ip], tv[ip], tm[ip], tx[iq], tv[iq], tm[iq])
+        mt = tm[ip] + tm[iq]
+        for c in range(3):
+            tx[nn, c] = (tm[ip] * tx[ip, c] + tm[iq] * tx[iq, c]) / mt
+            tv[nn, c] = (tm[ip] * tv[ip, c] + tm[iq] * tv[iq, c]) / mt
+        tm[nn] = mt
+        ta[nn] = a
+        te[nn] = e
+        ch[nn, 0] = ip
+        ch[nn, 1] = iq
+        # replace p by the new node, drop q
+        top[bp] = nn
+        top[bq] = top[ntop - 1]
+        ntop -= 1
+        nn += 1
+
+    # 1. top-level objects recede from each other, and each is unbound from (and receding
+    # from) the centre of mass of all the others: pairwise unbound singles can still form a
+    # bound system (a democratic resonance caught with everyone moving apart)
+    for p in range(ntop):
+        for q in range(p + 1, ntop):
+            ip = top[p]
+            iq = top[q]
+            eb, a, e, r, rv = _pair_orbit(tx[ip], tv[ip], tm[ip], tx[iq], tv[iq], tm[iq])
+            if rv <= 0.0:
+                return False, nn, ntop
+    if ntop >= 3:
+        rest_x = np.empty(3)
+        rest_v = np.empty(3)
+        for p in range(ntop):
+            ip = top[p]
+            mr = 0.0
+            rest_x[:] = 0.0
+            rest_v[:] = 0.0
+            for q in range(ntop):
+                if q != p:
+                    iq = top[q]
+                    mr += tm[iq]
+                    for c in range(3):
+                        rest_x[c] += tm[iq] * tx[iq, c]
+                        rest_v[c] += tm[iq] * tv[iq, c]
+            rest_x /= mr
+            rest_v /= mr
+            eb, a, e, r, rv = _pair_orbit(tx[ip], tv[ip], tm[ip], rest_x, rest_v, mr)
+            if not (eb > 0.0 and rv > 0.0):
+                return False, nn, ntop
+    # 2. tidal perturbation on every bound top-level object
+    for p in range(ntop):
+        ip = top[p]
+        if ch[ip, 0] < 0:
+            continue
+        apo = ta[ip] * (1.0 + te[ip])
+        for q in range(ntop):
+            if q == p:
+                continue
+            iq = top[q]
+            dx = tx[iq, 0] - tx[ip, 0]
+            dy = tx[iq, 1] - tx[ip, 1]
+            dz = tx[iq, 2] - tx[ip, 2]
+            d = np.sqrt(dx * dx + dy * dy + dz * dz)
+            c1 = ch[ip, 0]
+            c2 = ch[ip, 1]
+            if tidal_perturbation(tm[c1], tm[c2], tm[iq], apo, d) > tidal_tol:
+                return False, nn, ntop
+    # 3. every hierarchy stable; binaries of finite-size bodies not in contact
+    for k in range(n, nn):
+        c1 = ch[k, 0]
+        c2 = ch[k, 1]
+        if ch[c1, 0] < 0 and ch[c2, 0] < 0:
+            if ta[k] * (1.0 - te[k]) <= rad[c1] + rad[c2]:
+                return False, nn, ntop
+            continue
+        # the inner object is the composite child; of two binaries, the wider (as Fewbody)
+        inner = c1
+        outer = c2
+        if ch[c1, 0] < 0 or (ch[c2, 0] >= 0 and ta[c2] > ta[c1]):
+            inner = c2
+            outer = c1
+        incl = _mutual_inclination(tx, tv, tm, inner, outer, ch)
+        if not mardling_aarseth_stable(ta[inner], ta[k], te[k], tm[outer] / tm[inner], incl):
+            return False, nn, ntop
+    return True, nn, ntop
+
+
+@njit(cache=True)
+def _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor):
+    """Merge pairs in contact (or whose two-body pericentre since the last step touched).
+
+    Returns the new body count.  A merged body keeps mass, centre of mass and momentum; its
+    radius is ``radius_factor * (r_1 + r_2)``.
+    """
+    merged = True
+    while merged:
+        merged = False
+        for i in range(n):
+            if merged:
+                break
+            for j in range(i + 1, n):
+                rsum = rad[i] + rad[j]
+                if rsum <= 0.0:
+                    continue
+                eb, a, e, r, rv = _pair_orbit(x[i], v[i], m[i], x[j], v[j], m[j])
+                touch = r <= rsum
+                if not touch and rv > 0.0 and j < xold.shape[0]:
+                    # approaching at the last step and receding now: pericentre passed
+                    rvo = 0.0
+                    for c in range(3):
+                        rvo += (xold[j, c] - xold[i, c]) * (vold[j, c] - vold[i, c])
+                    if rvo < 0.0:
+                        q = a * (1.0 - e) if np.isfinite(a) else r
+                        if not np.isfinite(a):
+                            # hyperbolic: pericentre from energy and angular momentum
+                            mt = m[i] + m[j]
+                            eps = eb * mt / (m[i] * m[j])
+                            q = mt * (e - 1.0) / (2.0 * eps) if eps > 0.0 else r
+                        touch = q <= rsum
+                if touch:
+                    mt = m[i] + m[j]
+                    for c in range(3):
+                        x[i, c] = (m[i] * x[i, c] + m[j] * x[j, c]) / mt
+                        v[i, c] = (m[i] * v[i, c] + m[j] * v[j, c]) / mt
+                    m[i] = mt
+                    rad[i] = radius_factor * rsum
+                    members[i] |= members[j]
+                    last = n - 1
+                    if j != last:
+                        for c in range(3):
+                            x[j, c] = x[last, c]
+                            v[j, c] = v[last, c]
+                            xold[j, c] = xold[last, c]
+                            vold[j, c] = vold[last, c]
+                        m[j] = m[last]
+                        rad[j] = rad[last]
+                        members[j] = members[last]
+                    n -= 1
+                    merged = True
+                    break
+    return n
+
+
+@njit(cache=True)
+def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_tol, t_max,
+                        max_steps, classify_every, radius_factor,
+                        tx, tv, tm, ta, te, ch, top, istats, fstats):
+    """Integrate an encounter until it is classified as over, or a limit is reached.
+
+    Parameters
+    ----------
+    x, v, m, rad, members : ndarray
+        Bodies (rows ``0 .. n-1`` live), updated in place; mergers compact them.
+    n : int
+        Number of bodies at the start.
+    hstep : float
+        First step in the regularised time (adapted afterwards).
+    tol : float
+        Bulirsch-Stoer relative tolerance.
+    kmax : int
+        Most extrapolation rows per step (<= KMAX).
+    seq : ndarray of int64
+        Leapfrog substeps per row.
+    tidal_tol : float
+        Tidal tolerance of the classification.
+    t_max : float
+        Largest physical time.
+    max_steps : int
+        Largest number of accepted steps.
+    classify_every : int
+        Classify after this many accepted steps (and after every merger).
+    radius_factor : float
+        Radius of a merger product in units of the sum of the two radii.
+    tx, tv, tm, ta, te, ch, top : ndarray
+        Out: the final hierarchy (see :func:`classify`).
+    istats : ndarray of int64, shape (N_ISTATS,)
+        Out: accepted and rejected steps, force evaluations, mergers, classifications.
+    fstats : ndarray of float64, shape (4,)
+        Out: end time, energy lost in mergers (E_after - E_before summed), final n_nodes,
+        final n_top.
+
+    Returns
+    -------
+    status : int
+        STATUS_DONE, STATUS_TIME_LIMIT, STATUS_STEP_LIMIT or STATUS_FAILED.
+    n : int
+        Number of bodies at the end.
+    """
+    nmax = x.shape[0]
+    ws_x = np.empty((nmax, 3))
+    ws_v = np.empty((nmax, 3))
+    acc = np.empty((nmax, 3))
+    xold = np.empty((nmax, 3))
+    vold = np.empty((nmax, 3))
+    tab = np.empty((KMAX, KMAX, 6 * nmax + 1))
+    ynew = np.empty(6 * nmax + 1)
+    errs = np.empty(KMAX)
+    istats[:] = 0
+    de_merge = 0.0
+    t = 0.0
+    bconst = potential_energy(x, m, n) - kinetic_energy(v, m, n)
+    status = STATUS_DONE
+    since = 0
+    nn = n
+    ntop = n
+    while True:
+        k, err, nf = bs_step(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v, acc, tab,
+                             ynew, errs)
+        istats[IST_FORCES] += nf
+        if k == 0:
+            istats[IST_REJECTED] += 1
+            if np.isfinite(err) and err > 0.0:
+                fac = 0.94 * (0.65 / err) ** (1.0 / (2 * kmax - 1))
+                hstep *= min(0.5, max(0.05, fac))
+            else:
+                hstep *= 0.25
+            if hstep <= 0.0 or istats[IST_REJECTED] > 1000 + istats[IST_STEPS]:
+                status = STATUS_FAILED
+                break
+            continue
+        for i in range(n):
+            for c in range(3):
+                xold[i, c] = x[i, c]
+                vold[i, c] = v[i, c]
+        t = _unpack(ynew, n, x, v)
+        istats[IST_STEPS] += 1
+        since += 1
+        hstep *= _next_step_factor(k, errs, seq, kmax)
+        # finite radii: merge bodies in contact
+        has_radii = False
+        for i in range(n):
+            if rad[i] > 0.0:
+                has_radii = True
+        if has_radii and n > 1:
+            e_before = kinetic_energy(v, m, n) - potential_energy(x, m, n)
+            n_new = _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor)
+            if n_new < n:
+                istats[IST_MERGERS] += n - n_new
+                n = n_new
+                e_after = kinetic_energy(v, m, n) - potential_energy(x, m, n)
+                de_merge += e_after - e_before
+                bconst = potential_energy(x, m, n) - kinetic_energy(v, m, n)
+                since = classify_every
+        if since >= classify_every or n == 1:
+            since = 0
+            istats[IST_CLASSIFY] += 1
+            done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top)
+            if done:
+                status = STATUS_DONE
+                break
+        if t > t_max:
+            status = STATUS_TIME_LIMIT
+            break
+        if istats[IST_STEPS] >= max_steps:
+            status = STATUS_STEP_LIMIT
+            break
+    if status != STATUS_DONE:
+        done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top)
+    fstats[0] = t
+    fstats[1] = de_merge
+    fstats[2] = nn
+    fstats[3] = ntop
+    return status, n
