@@ -158,9 +158,14 @@ class EncounterSettings:
     tidal_tol : float
         Tidal perturbation below which a bound object counts as isolated (CMC: 1e-5); also sets
         the starting distance.
+    jump_tol : float
+        Tidal perturbation below which a wide bound excursion of a binary and a single (or two
+        binaries) is skipped as two Kepler orbits ("ar" only; see
+        :func:`physics.fewbody_kernels.kepler_jump`); 0 integrates every excursion.
     t_max_periods : float
-        Cap on integration time, in periods of the widest initial binary (an encounter that
-        reaches it ends with status "time_limit" and is to be discarded).
+        Cap on integration time (physical time, jumps included), in periods of the widest
+        initial binary (an encounter that reaches it ends with status "time_limit" and is to be
+        discarded).
     max_steps : int
         Cap on accepted integration steps ("step_limit").
     classify_every : int
@@ -179,10 +184,11 @@ class EncounterSettings:
     """
 
     integrator: Literal["ar", "ias15"] = "ar"
-    tol: float = 1e-12
+    tol: float = 5e-13
     ias15_epsilon: float = 1e-9
     tidal_tol: float = 1e-5
-    t_max_periods: float = 1e5
+    jump_tol: float = 1e-6
+    t_max_periods: float = 1e6
     max_steps: int = 50_000_000
     classify_every: int = 8
     ias15_check_periods: float = 2.0
@@ -193,6 +199,8 @@ class EncounterSettings:
     def __post_init__(self) -> None:
         if self.integrator not in ("ar", "ias15"):
             raise ValueError(f"integrator must be 'ar' or 'ias15', got {self.integrator!r}")
+        if not (math.isfinite(self.jump_tol) and 0 <= self.jump_tol <= self.tidal_tol):
+            raise ValueError(f"jump_tol must be in [0, tidal_tol], got {self.jump_tol}")
         for name in ("tol", "ias15_epsilon", "tidal_tol", "t_max_periods",
                      "ias15_check_periods", "merger_radius_factor", "energy_tol"):
             val = getattr(self, name)
@@ -273,6 +281,7 @@ def _rotation_matrix(u1: float, u2: float, u3: float) -> np.ndarray:
 def kepler_relative(mtot: float, a: float, e: float, mean_anomaly: float
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Relative position and velocity of a bound Kepler orbit in its plane (pericentre on x)."""
+    mean_anomaly = math.fmod(mean_anomaly, 2.0 * math.pi)
     ecc_anom = mean_anomaly if e < 0.8 else math.pi
     for _ in range(100):
         f = ecc_anom - e * math.sin(ecc_anom) - mean_anomaly
@@ -488,14 +497,15 @@ class Outcome:
         at infinity of the products changes by ``-de_internal - de_merger`` (energy given to
         the cluster).
     de_merger : float
-        Energy lost in mergers (<= 0).
+        Energy change in mergers (total energy just after minus just before; the pair's
+        relative kinetic energy is lost and its mutual potential energy removed).
     de_rel, dl_rel : float
         Energy error relative to the initial internal binding energy |E_b|; angular momentum
         error relative to the initial binaries' internal angular momentum.
     t_end : float
         Integration time; ``t_end_periods`` in initial periods of the widest binary.
-    n_steps, n_rejected, n_forces : int
-        Integrator work (steps of the method; force evaluations for "ar").
+    n_steps, n_rejected, n_forces, n_jumps : int
+        Integrator work (steps of the method; force evaluations and Kepler jumps for "ar").
     exchanges, ionisations, mergers, n_binaries_in, n_binaries_out : int
         Counts.
     """
@@ -515,6 +525,7 @@ class Outcome:
     n_steps: int
     n_rejected: int
     n_forces: int
+    n_jumps: int
     exchanges: int
     ionisations: int
     mergers: int
@@ -678,6 +689,7 @@ def _finish(state: InitialState, status: int, n: int, x, v, m, rad, members, tre
         de_rel=float(de_rel), dl_rel=float(dl_rel), t_end=float(t_phys),
         t_end_periods=float(t_phys / period), n_steps=int(istats[fk.IST_STEPS]),
         n_rejected=int(istats[fk.IST_REJECTED]), n_forces=int(istats[fk.IST_FORCES]),
+        n_jumps=int(istats[fk.IST_JUMPS]),
         exchanges=exchanges, ionisations=ionisations, mergers=n_mergers, n_binaries_in=n_in,
         n_binaries_out=n_out, initial=state)
 
@@ -720,7 +732,7 @@ def _integrate_ar(state: InitialState, settings: EncounterSettings) -> Outcome:
     period = max(o.period for o in state.objects) / scale_t
     status, n_end = fk.integrate_encounter(
         x, v, m, rad, members, n, hstep, settings.tol, settings.kmax, fk.SEQUENCE,
-        settings.tidal_tol,
+        settings.tidal_tol, settings.jump_tol,
         settings.t_max_periods * period, settings.max_steps, settings.classify_every,
         settings.merger_radius_factor, tx, tv, tm, ta, te, ch, top, istats, fstats)
     tree_out = (tx, tv, tm, ta, te, ch, top, int(fstats[2]), int(fstats[3]))
