@@ -9,7 +9,7 @@ MPIEXEC := $(BIN)/mpiexec
 export NUMBA_THREADING_LAYER ?= workqueue
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install run test test-serial test-mpi bench validate lint clean
+.PHONY: install run test test-serial test-mpi bench validate validate-fewbody lint clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,13 @@ test-mpi: install
 
 bench: install
 	$(PY) bench/run_bench.py $(BENCH_ARGS)
+	$(PY) bench/bench_fewbody.py $(BENCH_ARGS)
 
-validate: install
+validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)
+
+validate-fewbody: install
+	$(PY) bench/validate_fewbody.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -80,6 +80,9 @@ def write_report(results: list[dict]) -> Path:
     by_n = {n: [r for r in results if r["N"] == n] for n in ns}
     lines = ["# Validation: Plummer models to core collapse", "",
              "Made by `make validate` (bench/validate.py); plots: `validation_N*.png`.", "",
+             "Scattering experiments of the few-body engine (exchange cross sections, Heggie's "
+             "law, exchange eccentricities, IAS15 comparison): "
+             "[validation_fewbody.md](validation_fewbody.md).", "",
              "## Summary: mean [min, max] over seeds", "",
              "| quantity | target | " + " | ".join(
                  f"N = {n:.0e} ({len(by_n[n])} seed{'s' if len(by_n[n]) > 1 else ''})"

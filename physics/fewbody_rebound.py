@@ -4,7 +4,9 @@ The same initial state and the same classification (:func:`physics.fewbody_kerne
 as our own integrator; only the integration differs.  REBOUND integrates in chunks of
 ``ias15_check_periods`` initial binary periods and the hierarchy is checked after each chunk.
 Finite radii use REBOUND's line collision search with its "merge" resolution; the merged radius
-is then reset to ``merger_radius_factor * (r1 + r2)`` as Fewbody does.
+is then reset to ``merger_radius_factor * (r1 + r2)`` as Fewbody does.  Wide bound excursions
+are skipped with the same Kepler jump as our integrator (``jump_tol``), so both back ends solve
+the same problem.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def integrate_ias15(state: InitialState, settings: EncounterSettings) -> Outcome
     rad = np.zeros(n0)
     members = np.zeros(n0, dtype=np.int64)
     n_checks = 0
+    n_jumps = 0
 
     def read() -> int:
         n = sim.N
@@ -113,6 +116,19 @@ def integrate_ias15(state: InitialState, settings: EncounterSettings) -> Outcome
                                      ch, top)
         if done:
             break
+        if settings.jump_tol > 0.0:
+            xs0, vs0 = x[:n].copy(), v[:n].copy()
+            dtj = fk.kepler_jump(x, v, m, n, settings.jump_tol, tx, tv, tm, ta, te, ch, top, nn,
+                                 ntop)
+            if dtj > 0.0:
+                # same analytic skip of a wide excursion as our integrator
+                for i, p in enumerate(sim.particles):
+                    p.x, p.y, p.z = x[i]
+                    p.vx, p.vy, p.vz = v[i]
+                sim.t = sim.t + dtj
+                n_jumps += 1
+            elif dtj < 0.0:
+                x[:n], v[:n] = xs0, vs0
         if sim.t >= t_max:
             status = fk.STATUS_TIME_LIMIT
             break
@@ -126,6 +142,7 @@ def integrate_ias15(state: InitialState, settings: EncounterSettings) -> Outcome
     istats[fk.IST_STEPS] = sim.steps_done
     istats[fk.IST_MERGERS] = n0 - n
     istats[fk.IST_CLASSIFY] = n_checks
+    istats[fk.IST_JUMPS] = n_jumps
     t_end = float(sim.t)
     xs = np.ascontiguousarray(x[:n])
     vs = np.ascontiguousarray(v[:n])
