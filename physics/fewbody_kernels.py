@@ -730,6 +730,46 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
 
 
 @njit(cache=True)
+def recentre_on_closest_pair(x, n):
+    """Shift all positions so the closest pair's midpoint is the origin.
+
+    Forces depend on differences only, so this changes nothing physical; it keeps the
+    coordinates of the tightest pair small, so round-off in its separation stays relative to its
+    own size when the pair is far from the system's centre of mass (a tight binary recoiling
+    from an escaper).
+    """
+    best = np.inf
+    bi = 0
+    bj = 1
+    for i in range(n):
+        for j in range(i + 1, n):
+            d = (x[j, 0] - x[i, 0]) ** 2 + (x[j, 1] - x[i, 1]) ** 2 + (x[j, 2] - x[i, 2]) ** 2
+            if d < best:
+                best = d
+                bi = i
+                bj = j
+    for c in range(3):
+        o = 0.5 * (x[bi, c] + x[bj, c])
+        for i in range(n):
+            x[i, c] -= o
+
+
+@njit(cache=True)
+def recentre_on_centre_of_mass(x, m, n):
+    """Shift all positions so the centre of mass is the origin."""
+    mt = 0.0
+    for i in range(n):
+        mt += m[i]
+    for c in range(3):
+        o = 0.0
+        for i in range(n):
+            o += m[i] * x[i, c]
+        o /= mt
+        for i in range(n):
+            x[i, c] -= o
+
+
+@njit(cache=True)
 def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_tol, jump_tol,
                         t_max, max_steps, classify_every, radius_factor,
                         tx, tv, tm, ta, te, ch, top, istats, fstats):
@@ -835,6 +875,8 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
         if since >= classify_every or n == 1:
             since = 0
             istats[IST_CLASSIFY] += 1
+            if n > 2:
+                recentre_on_closest_pair(x, n)
             done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top)
             if done:
                 status = STATUS_DONE
@@ -859,8 +901,10 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
         if istats[IST_STEPS] >= max_steps:
             status = STATUS_STEP_LIMIT
             break
-    if status != STATUS_DONE:
-        done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top)
+    recentre_on_centre_of_mass(x, m, n)
+    done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top)
+    if status == STATUS_DONE and not done and n > 1:
+        status = STATUS_FAILED  # cannot happen: the last classification said done
     fstats[0] = t
     fstats[1] = de_merge
     fstats[2] = nn
