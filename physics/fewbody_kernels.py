@@ -607,20 +607,17 @@ def kepler_propagate(r0, w0, mu, dt, r1, w1):
     m0 = e0 - esin
     two_pi = 2.0 * np.pi
     m1 = (m0 + nmot * dt) % two_pi
-    # eccentric anomaly at the end, continued from e0 + (m1 - m0 reduced)
-    de_guess = ((m1 - m0) % two_pi)
-    ecc1 = e0 + de_guess
-    for _ in range(100):
-        f = ecc1 - e * np.sin(ecc1) - (m0 + de_guess)
-        step = f / (1.0 - e * np.cos(ecc1))
+    # Kepler's equation at the end, from Danby's starting value (safe up to e -> 1)
+    ecc1 = m1 + 0.85 * e * (1.0 if np.sin(m1) >= 0.0 else -1.0)
+    for _ in range(60):
+        step = (ecc1 - e * np.sin(ecc1) - m1) / (1.0 - e * np.cos(ecc1))
         ecc1 -= step
         if abs(step) < 1e-15:
             break
-    dE = ecc1 - e0
-    # reduced time consistent with the reduced anomaly (whole periods dropped)
-    dtr = (dE - ecos * np.sin(dE) + esin * (1.0 - np.cos(dE))) / nmot
+    dE = (ecc1 - e0) % two_pi  # whole periods dropped
+    # Lagrange coefficients; g in closed form (dt - (dE - sin dE)/n would cancel badly)
     f = 1.0 - a / rn * (1.0 - np.cos(dE))
-    g = dtr - (dE - np.sin(dE)) / nmot
+    g = (rn / a * np.sin(dE) + esin * (1.0 - np.cos(dE))) / nmot
     for c in range(3):
         r1[c] = f * r0[c] + g * w0[c]
     r1n = np.sqrt(r1[0] ** 2 + r1[1] ** 2 + r1[2] ** 2)
@@ -657,7 +654,7 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
     """Skip a wide excursion analytically; return the time skipped (0 if none).
 
     When everything is one bound object whose top-level children are bodies or binaries of two
-    bodies, the children recede from each other on an orbit reaching more than twice their
+    bodies, the children recede from each other on an orbit reaching more than 1.1 times their
     separation, and the tidal perturbation on each binary child is below ``jump_tol``, the
     outer orbit is moved to the same separation on its way back (mirror point: eccentric
     anomaly E -> 2 pi - E) and each binary's internal orbit is advanced by the same time, both
@@ -683,7 +680,7 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
     rw = r0[0] * w0[0] + r0[1] * w0[1] + r0[2] * w0[2]
     a_out = ta[k]
     e_out = te[k]
-    if not (np.isfinite(a_out) and rw > 0.0 and a_out * (1.0 + e_out) > 2.0 * rn):
+    if not (np.isfinite(a_out) and rw > 0.0 and a_out * (1.0 + e_out) > 1.1 * rn):
         return 0.0
     for side in range(2):
         cc = ch[k, side]
@@ -697,7 +694,8 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
     esin = rw / np.sqrt(mo * a_out)
     ecos = 1.0 - rn / a_out
     e0 = np.arctan2(esin, ecos)
-    dt = (2.0 * (np.pi - e0) - 2.0 * esin) / nmot
+    # mean anomaly from E0 - e sin E0 to (2 pi - E0) + e sin E0
+    dt = (2.0 * (np.pi - e0) + 2.0 * esin) / nmot
     e_before = kinetic_energy(v, m, n) - potential_energy(x, m, n)
     r1 = np.empty(3)
     w1 = np.empty(3)
