@@ -650,29 +650,92 @@ def _place_child(node, xc, vc, x, v, m, tm, ch, dt, r1, w1):
 
 
 @njit(cache=True)
+def kepler_propagate_hyperbolic(r0, w0, mu, dt, r1, w1):
+    """Advance an unbound two-body relative orbit by ``dt >= 0`` (hyperbolic f and g).
+
+    Parameters as :func:`kepler_propagate`; the orbit must have positive energy.
+    """
+    rn = np.sqrt(r0[0] ** 2 + r0[1] ** 2 + r0[2] ** 2)
+    w2 = w0[0] ** 2 + w0[1] ** 2 + w0[2] ** 2
+    rw = r0[0] * w0[0] + r0[1] * w0[1] + r0[2] * w0[2]
+    a = 1.0 / (w2 / mu - 2.0 / rn)  # > 0 for a hyperbola
+    nmot = np.sqrt(mu / a ** 3)
+    ecosh = 1.0 + rn / a
+    esinh = rw / np.sqrt(mu * a)
+    e = np.sqrt(ecosh * ecosh - esinh * esinh)
+    f0 = np.arcsinh(esinh / e)
+    m1 = esinh - f0 + nmot * dt
+    # e sinh F - F = M: Newton from the asymptotic guess
+    ff = np.arcsinh(m1 / e) if abs(m1) < e else np.sign(m1) * np.log(2.0 * abs(m1) / e + 1.0)
+    for _ in range(100):
+        step = (e * np.sinh(ff) - ff - m1) / (e * np.cosh(ff) - 1.0)
+        ff -= step
+        if abs(step) < 1e-15 * max(1.0, abs(ff)):
+            break
+    dff = ff - f0
+    ch1 = np.cosh(dff) - 1.0
+    sh = np.sinh(dff)
+    f = 1.0 - a / rn * ch1
+    g = (rn / a * sh + esinh * ch1) / nmot
+    for c in range(3):
+        r1[c] = f * r0[c] + g * w0[c]
+    r1n = np.sqrt(r1[0] ** 2 + r1[1] ** 2 + r1[2] ** 2)
+    fd = -np.sqrt(mu * a) / (r1n * rn) * sh
+    gd = 1.0 - a / r1n * ch1
+    for c in range(3):
+        w1[c] = fd * r0[c] + gd * w0[c]
+
+
+@njit(cache=True)
+def _simple(node, ch):
+    """A body, or a binary of two bodies."""
+    return ch[node, 0] < 0 or (ch[ch[node, 0], 0] < 0 and ch[ch[node, 1], 0] < 0)
+
+
+@njit(cache=True)
+def _binaries_isolated(node, ch, ta, te, tm, m_pert, d, jump_tol):
+    """Tidal perturbation of ``m_pert`` at distance ``d`` below ``jump_tol`` on ``node`` (if it
+    is a binary of two bodies)."""
+    if ch[node, 0] < 0:
+        return True
+    apo = ta[node] * (1.0 + te[node])
+    return tidal_perturbation(tm[ch[node, 0]], tm[ch[node, 1]], m_pert, apo, d) <= jump_tol
+
+
+@njit(cache=True)
 def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
     """Skip a wide excursion analytically; return the time skipped (0 if none).
 
-    When everything is one bound object whose top-level children are bodies or binaries of two
-    bodies, the children recede from each other on an orbit reaching more than 1.1 times their
-    separation, and the tidal perturbation on each binary child is below ``jump_tol``, the
-    outer orbit is moved to the same separation on its way back (mirror point: eccentric
-    anomaly E -> 2 pi - E) and each binary's internal orbit is advanced by the same time, both
-    as unperturbed Kepler orbits.  The tidal terms neglected are ``jump_tol`` of the binaries'
-    binding energy; the total energy is then restored by changing the outer radial speed, which
-    leaves the outer angular momentum as it was.  Angular momentum is kept by both Kepler
-    orbits.  Returns -1 (and changes nothing the caller keeps) if that correction is impossible.
+    A bound top-level object ``k`` whose two children are bodies or binaries of two bodies,
+    receding from each other on an orbit reaching more than 1.1 times their separation, with
+    the tidal perturbation on each binary child below ``jump_tol``: its outer orbit is moved
+    to the same separation on its way back (mirror point: eccentric anomaly E -> 2 pi - E) and
+    each binary's internal orbit is advanced by the same time, all as unperturbed Kepler
+    orbits.  With a second top-level object (an escaper: a body or a binary of two bodies,
+    unbound from ``k`` and receding, whose tidal perturbation on ``k``'s outer orbit at
+    apocentre and on every binary is below ``jump_tol``), the escaper moves on its hyperbola
+    relative to ``k`` for the same time.  The tidal terms neglected are of order ``jump_tol``
+    of the binding energies; the total energy is then restored by changing ``k``'s outer radial
+    speed, which leaves every angular momentum as it was.  Returns -1 (and changes nothing the
+    caller keeps) if that correction is impossible.
     """
-    if ntop != 1 or n < 3:
+    if n < 3 or ntop > 2:
         return 0.0
     k = top[0]
+    esc = -1
+    if ntop == 2:
+        k = top[0] if ch[top[0], 0] >= 0 else top[1]
+        esc = top[1] if k == top[0] else top[0]
+        if not _simple(esc, ch):
+            # both composite: jump inside the one that is not a binary of bodies
+            if _simple(k, ch):
+                k, esc = esc, k
+            if not _simple(esc, ch):
+                return 0.0
     c1 = ch[k, 0]
     c2 = ch[k, 1]
-    if c1 < 0:
+    if c1 < 0 or not _simple(c1, ch) or not _simple(c2, ch):
         return 0.0
-    for cc in (c1, c2):
-        if ch[cc, 0] >= 0 and (ch[ch[cc, 0], 0] >= 0 or ch[ch[cc, 1], 0] >= 0):
-            return 0.0  # deeper hierarchies: integrate
     mo = tm[c1] + tm[c2]
     r0 = tx[c2] - tx[c1]
     w0 = tv[c2] - tv[c1]
@@ -683,12 +746,30 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
     if not (np.isfinite(a_out) and rw > 0.0 and a_out * (1.0 + e_out) > 1.1 * rn):
         return 0.0
     for side in range(2):
-        cc = ch[k, side]
-        other = ch[k, 1 - side]
-        if ch[cc, 0] >= 0:
-            apo = ta[cc] * (1.0 + te[cc])
-            if tidal_perturbation(tm[ch[cc, 0]], tm[ch[cc, 1]], tm[other], apo, rn) > jump_tol:
+        if not _binaries_isolated(ch[k, side], ch, ta, te, tm, tm[ch[k, 1 - side]], rn,
+                                  jump_tol):
+            return 0.0
+    re0 = np.empty(3)
+    we0 = np.empty(3)
+    if esc >= 0:
+        eb, ae, ee, de, rve = _pair_orbit(tx[k], tv[k], tm[k], tx[esc], tv[esc], tm[esc])
+        if not (eb > 0.0 and rve > 0.0):
+            return 0.0
+        apo_out = a_out * (1.0 + e_out)
+        if de <= 2.0 * apo_out:
+            return 0.0
+        # the escaper is receding: its distance only grows during the jump
+        if tidal_perturbation(tm[c1], tm[c2], tm[esc], apo_out, de) > jump_tol:
+            return 0.0
+        for side in range(2):
+            if not _binaries_isolated(ch[k, side], ch, ta, te, tm, tm[esc], de - apo_out,
+                                      jump_tol):
                 return 0.0
+        if not _binaries_isolated(esc, ch, ta, te, tm, tm[k], de, jump_tol):
+            return 0.0
+        for c in range(3):
+            re0[c] = tx[esc, c] - tx[k, c]
+            we0[c] = tv[esc, c] - tv[k, c]
     # time to the mirror point of the outer orbit
     nmot = np.sqrt(mo / a_out ** 3)
     esin = rw / np.sqrt(mo * a_out)
@@ -697,6 +778,29 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
     # mean anomaly from E0 - e sin E0 to (2 pi - E0) + e sin E0
     dt = (2.0 * (np.pi - e0) + 2.0 * esin) / nmot
     e_before = kinetic_energy(v, m, n) - potential_energy(x, m, n)
+    # new centre of mass of k (and of the escaper)
+    xk = np.empty(3)
+    vk = np.empty(3)
+    if esc < 0:
+        for c in range(3):
+            xk[c] = tx[k, c] + tv[k, c] * dt
+            vk[c] = tv[k, c]
+    else:
+        mt = tm[k] + tm[esc]
+        re1 = np.empty(3)
+        we1 = np.empty(3)
+        kepler_propagate_hyperbolic(re0, we0, mt, dt, re1, we1)
+        xe = np.empty(3)
+        ve = np.empty(3)
+        for c in range(3):
+            xcm = (tm[k] * tx[k, c] + tm[esc] * tx[esc, c]) / mt
+            vcm = (tm[k] * tv[k, c] + tm[esc] * tv[esc, c]) / mt
+            xcm += vcm * dt
+            xk[c] = xcm - tm[esc] / mt * re1[c]
+            vk[c] = vcm - tm[esc] / mt * we1[c]
+            xe[c] = xcm + tm[k] / mt * re1[c]
+            ve[c] = vcm + tm[k] / mt * we1[c]
+        _place_child(esc, xe, ve, x, v, m, tm, ch, dt, np.empty(3), np.empty(3))
     r1 = np.empty(3)
     w1 = np.empty(3)
     kepler_propagate(r0, w0, mo, dt, r1, w1)
@@ -707,8 +811,8 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
             cc = ch[k, side]
             sgn = -tm[ch[k, 1]] / mo if side == 0 else tm[ch[k, 0]] / mo
             for c in range(3):
-                xc[c] = tx[k, c] + tv[k, c] * dt + sgn * r1[c]
-                vc[c] = tv[k, c] + sgn * w1[c]
+                xc[c] = xk[c] + sgn * r1[c]
+                vc[c] = vk[c] + sgn * w1[c]
             # binaries are propagated once; on the energy-fix pass only their centre moves
             _place_child(cc, xc, vc, x, v, m, tm, ch, dt if attempt == 0 else 0.0,
                          np.empty(3), np.empty(3))

@@ -483,3 +483,60 @@ def test_kepler_propagate_keeps_angular_momentum_to_the_mirror_point():
     assert np.linalg.norm(r1) == pytest.approx(np.linalg.norm(r0), rel=1e-6)
     assert r1 @ w1 == pytest.approx(-(r0 @ w0), rel=1e-5)
     assert 0.5 * w1 @ w1 - mu / np.linalg.norm(r1) == pytest.approx(-mu / (2 * a), rel=1e-9)
+
+
+def _hyperbola_state(mu, a, e, ff):
+    """Relative position and velocity on a hyperbola (a > 0) at hyperbolic anomaly ff."""
+    b = a * math.sqrt(e * e - 1)
+    r = np.array([a * (e - math.cosh(ff)), b * math.sinh(ff), 0.0])
+    dfdt = math.sqrt(mu / a ** 3) / (e * math.cosh(ff) - 1)
+    w = np.array([-a * math.sinh(ff) * dfdt, b * math.cosh(ff) * dfdt, 0.0])
+    return r, w
+
+
+@pytest.mark.parametrize("e", [1.01, 1.5, 5.0])
+def test_kepler_propagate_hyperbolic_matches_the_analytic_orbit(e):
+    mu, a = 2.0, 3.0
+    n = math.sqrt(mu / a ** 3)
+    f0, f1 = -0.7, 2.3
+    r0, w0 = _hyperbola_state(mu, a, e, f0)
+    dt = ((e * math.sinh(f1) - f1) - (e * math.sinh(f0) - f0)) / n
+    r1, w1 = np.empty(3), np.empty(3)
+    fk.kepler_propagate_hyperbolic(r0, w0, mu, dt, r1, w1)
+    r_ref, w_ref = _hyperbola_state(mu, a, e, f1)
+    assert np.allclose(r1, r_ref, rtol=1e-10, atol=1e-10 * a)
+    assert np.allclose(w1, w_ref, rtol=1e-10, atol=1e-10 * np.linalg.norm(w0))
+
+
+def test_kepler_jump_with_an_escaper():
+    """A binary and a single on a wide bound orbit (receding) while a fourth star escapes on a
+    hyperbola: after the jump the triple's outer orbit is at its mirror point, the escaper has
+    moved out along its hyperbola, and energy and angular momentum are unchanged."""
+    r_in, w_in = fb.kepler_relative(2.0, 1.0, 0.3, 1.0)
+    r_out, w_out = fb.kepler_relative(3.0, 2000.0, 0.999, 0.2)
+    xt = np.array([-0.5 * r_in - r_out / 3, 0.5 * r_in - r_out / 3, 2 * r_out / 3])
+    vt = np.array([-0.5 * w_in - w_out / 3, 0.5 * w_in - w_out / 3, 2 * w_out / 3])
+    # escaper: mass 1 at 1e6 from the triple, receding at 3x the escape speed
+    d = 1e6 * np.array([0.0, 0.0, 1.0])
+    u = 3.0 * math.sqrt(2 * 4.0 / 1e6) * np.array([0.0, 0.2, 1.0])
+    x = np.vstack([xt - d / 4, d * 3 / 4])
+    v = np.vstack([vt - u / 4, u * 3 / 4])
+    m = np.ones(4)
+    e0 = fk.kinetic_energy(v, m, 4) - fk.potential_energy(x, m, 4)
+    l0, l1 = np.empty(3), np.empty(3)
+    fk.angular_momentum(x, v, m, 4, l0)
+    tree = fb._empty_tree(4)
+    done, nn, ntop = fk.classify(x, v, m, np.zeros(4), 4, 1e-5, *tree)
+    assert not done and ntop == 2
+    dsep0 = np.linalg.norm(x[2] - 0.5 * (x[0] + x[1]))
+    desc0 = np.linalg.norm(x[3] - x[:3].mean(0))
+    dt = fk.kepler_jump(x, v, m, 4, 1e-6, *tree, nn, ntop)
+    assert dt > 0
+    assert np.linalg.norm(x[2] - 0.5 * (x[0] + x[1])) == pytest.approx(dsep0, rel=1e-6)
+    # the escaper moved out by about its speed times dt
+    desc1 = np.linalg.norm(x[3] - x[:3].mean(0))
+    assert desc1 > desc0 + 0.5 * np.linalg.norm(u) * dt
+    e1 = fk.kinetic_energy(v, m, 4) - fk.potential_energy(x, m, 4)
+    fk.angular_momentum(x, v, m, 4, l1)
+    assert abs(e1 - e0) < 1e-10
+    assert np.linalg.norm(l1 - l0) < 1e-9 * np.linalg.norm(l0)
