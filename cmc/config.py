@@ -51,6 +51,16 @@ class InitialConfig:
     m_star: float = _p(0.5, "Msun", "mass of each star for equal masses (physical units only)",
                        lo=0.0, lo_open=True)
     file: str = _p("", "", "initial-conditions HDF5 file when model = file")
+    binary_fraction: float = _p(0.0, "", "fraction of the objects that are primordial binaries "
+                                "(the object's mass is split between two members)", lo=0.0,
+                                hi=1.0)
+    binary_q_min: float = _p(0.1, "", "smallest mass ratio m2/m1 of a primordial binary "
+                             "(q uniform in [q_min, 1])", lo=0.0, hi=1.0, lo_open=True)
+    binary_a_min: float = _p(0.01, "a_hs", "smallest semi-major axis, in units of the binary's "
+                             "hard/soft boundary a_hs = G m1 m2 / (<m> sigma^2)", lo=0.0,
+                             lo_open=True)
+    binary_a_max: float = _p(1.0, "a_hs", "largest semi-major axis (a log-uniform in between), "
+                             "units of a_hs", lo=0.0, lo_open=True)
 
 
 @dataclass

@@ -46,10 +46,39 @@ STAR_FIELDS: tuple[Field, ...] = (
           saved=False),
 )
 
-FIELD_BY_NAME: dict[str, Field] = {f.name: f for f in STAR_FIELDS}
+#: The binary table.  A binary is one object of the star table (its centre of mass: ``m`` is
+#: the sum of the members' masses, ``r``, ``vr``, ``vt`` its orbit in the cluster) with
+#: ``binind >= 0``; its internals are these fields.  In memory and in the MPI records they are
+#: columns of the star table, present only in runs with binaries, so a binary moves with its
+#: centre of mass through the sort and redistribution with no separate path.  Snapshots and
+#: checkpoints write them as a ``binaries`` group holding the binary rows only, and ``binind``
+#: in the file is the row of that group.
+BINARY_FIELDS: tuple[Field, ...] = (
+    Field("bin_id1", "int64", "", "id of the first member", default=-1),
+    Field("bin_id2", "int64", "", "id of the second member", default=-1),
+    Field("bin_m1", "float64", "M0", "mass of the first member"),
+    Field("bin_m2", "float64", "M0", "mass of the second member"),
+    Field("bin_a", "float64", "r_vir", "semi-major axis"),
+    Field("bin_e", "float64", "", "eccentricity"),
+    Field("bin_rad1", "float64", "Rsun", "radius of the first member"),
+    Field("bin_rad2", "float64", "Rsun", "radius of the second member"),
+    Field("bin_startype1", "int32", "", "stellar type of the first member", default=1),
+    Field("bin_startype2", "int32", "", "stellar type of the second member", default=1),
+    Field("bin_m1_msun", "float64", "Msun", "mass of the first member in solar masses"),
+    Field("bin_m2_msun", "float64", "Msun", "mass of the second member in solar masses"),
+)
+
+FIELD_BY_NAME: dict[str, Field] = {f.name: f for f in STAR_FIELDS + BINARY_FIELDS}
 SAVED_FIELDS: tuple[str, ...] = tuple(f.name for f in STAR_FIELDS if f.saved)
+BINARY_NAMES: tuple[str, ...] = tuple(f.name for f in BINARY_FIELDS)
 
 
-def record_dtype() -> np.dtype:
+def binding_energy(m1: np.ndarray, m2: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Internal energy ``-G m1 m2 / (2 a)`` of binaries (Hénon units, G = 1)."""
+    return -0.5 * m1 * m2 / a
+
+
+def record_dtype(binaries: bool = False) -> np.dtype:
     """Packed record dtype of one star (all fields), used for MPI exchange."""
-    return np.dtype([(f.name, f.dtype) for f in STAR_FIELDS])
+    fields = STAR_FIELDS + (BINARY_FIELDS if binaries else ())
+    return np.dtype([(f.name, f.dtype) for f in fields])

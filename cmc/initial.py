@@ -55,4 +55,45 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
         r_tidal = float(kinfo["r_tidal"])
     out = {"id": np.arange(n, dtype=np.int64), "m": stars["m"], "r": stars["r"],
            "vr": stars["vr"], "vt": stars["vt"], "m_msun": stars["m"] * total}
-    return out, {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total}
+    n_bin = 0
+    if ini.binary_fraction > 0.0:
+        n_bin = add_primordial_binaries(out, rng, ini)
+    return out, {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total,
+                 "n_binaries": n_bin}
+
+
+def add_primordial_binaries(stars: dict[str, np.ndarray], rng: np.random.Generator,
+                            ini) -> int:
+    """Make a fraction of the objects binaries (binary columns of :mod:`cmc.fields`).
+
+    Draws from ``rng`` after everything else of the model, so a model without binaries is
+    unchanged.  Members get new ids after the objects' ones; ``sigma^2`` is the model's
+    one-dimensional velocity dispersion squared, ``2 K / (3 M)``.
+    """
+    from cmc.fields import BINARY_FIELDS
+    from physics.binaries import primordial_binaries
+
+    m = stars["m"]
+    n = m.size
+    ke = 0.5 * float(np.sum(m * (stars["vr"] ** 2 + stars["vt"] ** 2)))
+    sigma2 = 2.0 * ke / (3.0 * float(np.sum(m)))
+    b = primordial_binaries(m, rng, ini.binary_fraction, ini.binary_q_min, ini.binary_a_min,
+                            ini.binary_a_max, sigma2)
+    for f in BINARY_FIELDS:
+        stars[f.name] = np.full(n, f.default, dtype=f.dtype)
+    idx = b["index"]
+    nb = idx.size
+    binind = np.full(n, -1, dtype=np.int64)
+    binind[idx] = np.arange(nb)
+    stars["binind"] = binind
+    first = int(stars["id"].max()) + 1 if n else 0
+    stars["bin_id1"][idx] = first + 2 * np.arange(nb)
+    stars["bin_id2"][idx] = first + 2 * np.arange(nb) + 1
+    stars["bin_m1"][idx] = b["m1"]
+    stars["bin_m2"][idx] = b["m2"]
+    stars["bin_a"][idx] = b["a"]
+    stars["bin_e"][idx] = b["e"]
+    scale = stars["m_msun"][idx] / m[idx]
+    stars["bin_m1_msun"][idx] = b["m1"] * scale
+    stars["bin_m2_msun"][idx] = b["m2"] * scale
+    return nb

@@ -3,7 +3,7 @@
 Every file is written to ``NAME.tmp`` and renamed over ``NAME`` only when complete, so a run
 killed at any moment leaves either the previous file or the new one, never a torn file.
 Star columns come from :data:`cmc.fields.STAR_FIELDS` and carry their unit and meaning as
-attributes.
+attributes; binary columns (:data:`cmc.fields.BINARY_FIELDS`) go to a ``binaries`` group.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from cmc.fields import FIELD_BY_NAME, SAVED_FIELDS
+from cmc.fields import BINARY_FIELDS, FIELD_BY_NAME, SAVED_FIELDS
 
 FORMAT_VERSION = 1
 
@@ -41,12 +41,28 @@ def atomic_h5(path: str | os.PathLike):
 
 
 def write_star_group(group: h5py.Group, stars: dict[str, np.ndarray]) -> None:
-    """Write the saved star fields as columns with unit and meaning attributes."""
+    """Write the saved star fields as columns with unit and meaning attributes.
+
+    With binary columns present, the binaries go to a sibling group ``binaries``: one row per
+    star with ``binind >= 0``, in star order, with ``star_row`` (row of the star group) and
+    ``binind``.
+    """
+    n = len(stars["r"])
     for name in SAVED_FIELDS:
         f = FIELD_BY_NAME[name]
-        n = len(stars["r"])
         data = stars[name] if name in stars else np.full(n, f.default)
         ds = group.create_dataset(name, data=np.asarray(data, dtype=f.dtype))
+        ds.attrs["unit"] = f.unit
+        ds.attrs["meaning"] = f.meaning
+    if "bin_a" not in stars:
+        return
+    rows = np.flatnonzero(np.asarray(stars["binind"]) >= 0)
+    bg = group.parent.create_group("binaries")
+    ds = bg.create_dataset("star_row", data=rows.astype(np.int64))
+    ds.attrs["meaning"] = "row of this binary's centre of mass in the star group"
+    bg.create_dataset("binind", data=np.asarray(stars["binind"])[rows])
+    for f in BINARY_FIELDS:
+        ds = bg.create_dataset(f.name, data=np.asarray(stars[f.name], dtype=f.dtype)[rows])
         ds.attrs["unit"] = f.unit
         ds.attrs["meaning"] = f.meaning
 
@@ -69,6 +85,21 @@ def read_star_group(group: h5py.Group) -> dict[str, np.ndarray]:
             out[name] = np.arange(n, dtype=np.int64)
         else:
             out[name] = np.full(n, f.default, dtype=f.dtype)
+    if "binaries" in group.parent:
+        bg = group.parent["binaries"]
+        rows = bg["star_row"][...].astype(np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= n or np.unique(rows).size != rows.size
+                          or np.any(out["binind"][rows] < 0)):
+            raise ValueError(f"{group.file.filename}: {bg.name}/star_row does not match the "
+                             "stars with binind >= 0")
+        if np.count_nonzero(out["binind"] >= 0) != rows.size:
+            raise ValueError(f"{group.file.filename}: {np.count_nonzero(out['binind'] >= 0)} "
+                             f"stars have binind >= 0 but {bg.name} has {rows.size} rows")
+        for f in BINARY_FIELDS:
+            col = np.full(n, f.default, dtype=f.dtype)
+            if f.name in bg:
+                col[rows] = bg[f.name][...].astype(f.dtype)
+            out[f.name] = col
     return out
 
 
@@ -123,6 +154,18 @@ def validate_stars(stars: dict[str, np.ndarray], where: str) -> None:
         raise ValueError(f"{where}: vt must be >= 0")
     if np.unique(stars["id"]).size != stars["id"].size:
         raise ValueError(f"{where}: star ids are not unique")
+    if "bin_a" in stars:
+        b = stars["binind"] >= 0
+        m1, m2, a, e = (stars[k][b] for k in ("bin_m1", "bin_m2", "bin_a", "bin_e"))
+        bad = ~(np.isfinite(a) & (a > 0) & (m1 > 0) & (m2 > 0) & (e >= 0) & (e < 1)
+                & (np.abs(m1 + m2 - m[b]) <= 1e-12 * m[b]))
+        if bad.any():
+            i = int(np.flatnonzero(b)[np.argmax(bad)])
+            raise ValueError(f"{where}: binary of star {i} (id {stars['id'][i]}) is invalid: "
+                             "needs a > 0, 0 <= e < 1, member masses > 0 summing to m")
+        ids = np.concatenate([stars["id"], stars["bin_id1"][b], stars["bin_id2"][b]])
+        if np.unique(ids).size != ids.size:
+            raise ValueError(f"{where}: star and binary member ids are not unique")
 
 
 def write_diagnostics(path: str | os.PathLike, history: dict[str, list],

@@ -31,7 +31,7 @@ import numpy as np
 
 from cmc import io as cio
 from cmc.config import Config, load_config
-from cmc.fields import SAVED_FIELDS
+from cmc.fields import binding_energy
 from cmc.stars import StarTable
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
@@ -54,6 +54,7 @@ DIAG_UNITS = {
     "dt": "t_rel", "M": "M0", "K": "E_NB", "W": "E_NB", "E_bound": "E_NB",
     "E_escaped": "E_NB", "E_tot": "E_NB", "M_escaped": "M0", "r_h": "r_vir",
     "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir",
+    "E_binding": "E_NB", "E_binding_escaped": "E_NB",
 }
 
 
@@ -74,6 +75,7 @@ class RunState:
     m_escaped: float = 0.0
     n_escaped: int = 0
     e_deficit: float = 0.0
+    e_bind_escaped: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""
@@ -158,7 +160,7 @@ class Simulation:
             meta = (st, history, cfg_text, table.seed, table.states)
         st, history, cfg_text, seed, table = comm.bcast(meta, root=0)
         cfg = load_config(text=cfg_text, overrides=overrides)
-        state = RunState(**{f.name: st[f.name] for f in fields(RunState)})
+        state = RunState(**{f.name: st[f.name] for f in fields(RunState) if f.name in st})
         state.stop_reason = ""
         size = comm.Get_size()
         if size > 1 and state.emulated_ranks != size:
@@ -250,6 +252,7 @@ class Simulation:
                                                                    + stars.vt[esc] ** 2))))
         m_esc = float(np.sum(stars.m[esc]))
         n_esc = int(np.count_nonzero(esc))
+        eb_esc = self._binding(stars, esc) if n_esc else 0.0
         stars.old_index = np.arange(self.offset, self.offset + n, dtype=np.int64)
         stars.phi_oo = phi_oo
         stars.phi_on = phi_on
@@ -285,8 +288,9 @@ class Simulation:
         red = allreduce_sum(self.comm, np.array([ke_local, e_esc, m_esc, n_esc,
                                                  counters[:, 0].sum(), counters[:, 1].sum(),
                                                  beta_stats[:, 0].sum(),
-                                                 beta_stats[:, 1].sum()]))
+                                                 beta_stats[:, 1].sum(), eb_esc]))
         st.e_escaped += red[1]
+        st.e_bind_escaped += red[8]
         st.m_escaped += red[2]
         st.n_escaped += int(round(red[3]))
         st.time += dt
@@ -333,6 +337,16 @@ class Simulation:
                   float(np.sum(debts)), left)
 
     # ------------------------------------------------------------------ diagnostics
+    @staticmethod
+    def _binding(stars: StarTable, mask: np.ndarray | None = None) -> float:
+        """Internal energy of the (selected) local binaries."""
+        if not stars.has_binary_fields:
+            return 0.0
+        b = stars.binind >= 0
+        if mask is not None:
+            b &= mask
+        return float(np.sum(binding_energy(stars.bin_m1[b], stars.bin_m2[b], stars.bin_a[b])))
+
     def diagnostics(self, record: bool = True, extra: dict | None = None,
                     kinetic: float | None = None) -> dict:
         """Energies, radii and core quantities now; appended to the history if ``record``.
@@ -346,6 +360,10 @@ class Simulation:
             ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
             kinetic = float(allreduce_sum(self.comm, np.array([ke_local]))[0])
         k = kinetic
+        e_bind = n_bin = 0.0
+        if s.has_binary_fields:
+            e_bind, n_bin = allreduce_sum(self.comm, np.array(
+                [self._binding(s), float(np.count_nonzero(s.binind >= 0))]))
         w = potential_energy(self.r_all, self.m_all, self.phi_all)
         mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
         lr = lagrange_radii(self.r_all, self.m_all, self.fractions, self.mcum_all)
@@ -363,6 +381,7 @@ class Simulation:
             "E_deficit": st.e_deficit, "r_h": r_h, "r_c": r_c, "rho_c": rho_c,
             "N_core": n_core, "lagrange_radii": lr,
             "virial_ratio": 2.0 * k / abs(w) if w else 0.0,
+            "N_binaries": n_bin, "E_binding": e_bind, "E_binding_escaped": st.e_bind_escaped,
         }
         base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
                 "beta_capped": 0.0, "n_escaped_step": 0.0}
@@ -379,7 +398,7 @@ class Simulation:
         parts = self.comm.gather(self.stars.saved_dict(), root=0)
         if self.rank != 0:
             return None
-        return {k: np.concatenate([p[k] for p in parts]) for k in SAVED_FIELDS}
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def _attrs(self) -> dict:
         st = self.state

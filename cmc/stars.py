@@ -6,13 +6,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from cmc.fields import FIELD_BY_NAME, SAVED_FIELDS, STAR_FIELDS
+from cmc.fields import BINARY_FIELDS, BINARY_NAMES, FIELD_BY_NAME, SAVED_FIELDS, STAR_FIELDS
 
 
 class StarTable:
     """Local stars as one contiguous numpy array per field.
 
-    Attributes are the field names of :data:`cmc.fields.STAR_FIELDS` (``stars.r`` etc.).
+    Attributes are the field names of :data:`cmc.fields.STAR_FIELDS` (``stars.r`` etc.) and,
+    in runs with binaries, of :data:`cmc.fields.BINARY_FIELDS` (present when any of them is
+    given; then all are).
     """
 
     __slots__ = ("_data",)
@@ -20,7 +22,8 @@ class StarTable:
     def __init__(self, data: dict[str, np.ndarray]):
         n = None
         clean: dict[str, np.ndarray] = {}
-        for f in STAR_FIELDS:
+        with_binaries = any(name in data for name in BINARY_NAMES)
+        for f in STAR_FIELDS + (BINARY_FIELDS if with_binaries else ()):
             if f.name in data:
                 arr = np.ascontiguousarray(data[f.name], dtype=f.dtype)
             else:
@@ -39,9 +42,15 @@ class StarTable:
         object.__setattr__(self, "_data", clean)
 
     @classmethod
-    def empty(cls, n: int) -> StarTable:
+    def empty(cls, n: int, binaries: bool = False) -> StarTable:
         """Table of ``n`` stars with every field at its default."""
-        return cls({f.name: np.full(n, f.default, dtype=f.dtype) for f in STAR_FIELDS})
+        fields = STAR_FIELDS + (BINARY_FIELDS if binaries else ())
+        return cls({f.name: np.full(n, f.default, dtype=f.dtype) for f in fields})
+
+    @property
+    def has_binary_fields(self) -> bool:
+        """Whether the table carries the binary columns (a run with binaries)."""
+        return "bin_a" in self._data
 
     def __len__(self) -> int:
         return len(self._data["id"])
@@ -73,8 +82,9 @@ class StarTable:
         return self._data
 
     def saved_dict(self) -> dict[str, np.ndarray]:
-        """The fields written to snapshots and checkpoints."""
-        return {k: self._data[k] for k in SAVED_FIELDS}
+        """The fields written to snapshots and checkpoints (with the binary columns if any)."""
+        names = SAVED_FIELDS + (BINARY_NAMES if self.has_binary_fields else ())
+        return {k: self._data[k] for k in names}
 
     def take(self, index: np.ndarray) -> StarTable:
         """New table with the selected stars (boolean mask or integer index)."""

@@ -25,6 +25,7 @@ from parallel.rng import taus_uniform
 
 __all__ = [
     "binary_binary_timescale",
+    "primordial_binaries",
     "binary_single_timescale",
     "sample_three_body_hardness",
     "strong_encounter_cross_section",
@@ -227,3 +228,49 @@ def three_body_binary_kinematics(m, v, e_bind, u1, u2, out_v):
     out_v[1, 1] = vcm[1] + m12 / mt * w * ny
     out_v[1, 2] = vcm[2] + m12 / mt * w * nz
     return w
+
+
+def primordial_binaries(m: np.ndarray, rng: np.random.Generator, fraction: float,
+                        q_min: float, a_min_hs: float, a_max_hs: float, sigma2: float
+                        ) -> dict[str, np.ndarray]:
+    """Turn a fraction of the objects into binaries (their masses split between two members).
+
+    Parameters
+    ----------
+    m : ndarray
+        Object masses (Hénon units); a binary keeps its object's mass as the sum of its members'.
+    rng : numpy.random.Generator
+        Draws, in this order: which objects are binaries (one uniform per object), then per
+        binary the mass ratio, log a, and e (three uniforms per binary).
+    fraction : float
+        Probability that an object is a binary.
+    q_min : float
+        Mass ratios ``q = m2 / m1`` uniform in ``[q_min, 1]``.
+    a_min_hs, a_max_hs : float
+        Semi-major axes log-uniform between these multiples of the binary's hard/soft boundary
+        ``a_hs = G m1 m2 / (<m> sigma^2)`` (``<m>`` the mean object mass, ``sigma^2`` the
+        cluster's one-dimensional velocity dispersion squared).
+    sigma2 : float
+        ``sigma^2`` (v_NB^2).
+
+    Returns
+    -------
+    dict
+        ``index`` (objects that are binaries), ``m1``, ``m2``, ``a``, ``e`` (thermal: f(e) = 2e).
+    """
+    if not (0.0 <= fraction <= 1.0):
+        raise ValueError(f"binary fraction must be in [0, 1], got {fraction}")
+    if not (0.0 < a_min_hs <= a_max_hs):
+        raise ValueError(f"need 0 < binary_a_min <= binary_a_max, got {a_min_hs}, {a_max_hs}")
+    n = m.size
+    is_bin = rng.random(n) < fraction
+    index = np.flatnonzero(is_bin)
+    u = rng.random((index.size, 3))
+    q = q_min + (1.0 - q_min) * u[:, 0]
+    m1 = m[index] / (1.0 + q)
+    m2 = m[index] - m1
+    a_hs = m1 * m2 / (float(np.mean(m)) * sigma2)
+    log_a = np.log(a_min_hs) + (np.log(a_max_hs) - np.log(a_min_hs)) * u[:, 1]
+    a = a_hs * np.exp(log_a)
+    e = np.sqrt(u[:, 2])
+    return {"index": index, "m1": m1, "m2": m2, "a": a, "e": e}

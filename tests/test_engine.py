@@ -69,20 +69,24 @@ def test_relaxation_conserves_energy():
 def _final(outdir):
     with h5py.File(outdir / "checkpoint.h5", "r") as fh:
         stars = {k: fh["stars"][k][...] for k in fh["stars"]}
+        if "binaries" in fh:
+            stars.update({"binaries/" + k: fh["binaries"][k][...] for k in fh["binaries"]})
         streams = fh["streams"]["states"][...]
     with h5py.File(outdir / "diagnostics.h5", "r") as fh:
         diag = {k: fh[k][...] for k in fh}
     return stars, streams, diag
 
 
-@pytest.mark.parametrize("emulate", [0, 3])
-def test_restart_is_bit_for_bit(tmp_path, emulate):
-    """A run stopped and restarted equals the uninterrupted run in every bit."""
+@pytest.mark.parametrize("emulate,binaries", [(0, 0.0), (3, 0.0), (3, 0.2)])
+def test_restart_is_bit_for_bit(tmp_path, emulate, binaries):
+    """A run stopped and restarted equals the uninterrupted run in every bit (also with
+    primordial binaries: the binary table travels through the checkpoint)."""
     from cmc.cli import main
 
     ini = tmp_path / "m.ini"
-    ini.write_text("[initial]\nn = 2000\nseed = 5\n[run]\nmax_steps = 30\n"
-                   f"emulate_ranks = {emulate}\n[output]\ncheckpoint_every = 7\n")
+    ini.write_text(f"[initial]\nn = 2000\nseed = 5\nbinary_fraction = {binaries}\n"
+                   f"[run]\nmax_steps = 30\nemulate_ranks = {emulate}\n"
+                   "[output]\ncheckpoint_every = 7\n")
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["run", str(ini), "-o", str(a)]) == 0
     assert main(["run", str(ini), "-o", str(b), "--set", "run.max_steps=13"]) == 0
@@ -92,9 +96,12 @@ def test_restart_is_bit_for_bit(tmp_path, emulate):
     for k in sa:
         np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
     np.testing.assert_array_equal(ra, rb)
-    for k in ("time", "E_tot", "r_c", "N", "lagrange_radii"):
+    for k in ("time", "E_tot", "r_c", "N", "lagrange_radii", "E_binding"):
         np.testing.assert_array_equal(da[k], db[k], err_msg=k)
     assert da["step"][-1] == 30
+    assert ("binaries/bin_a" in sa) == (binaries > 0)
+    if binaries:
+        assert 300 < sa["binaries/bin_a"].size < 500
 
 
 def test_emulation_changes_streams_only():

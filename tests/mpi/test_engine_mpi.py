@@ -26,14 +26,18 @@ def shared_tmpdir(world) -> Path:
     return Path(world.bcast(path, root=0))
 
 
-def _cfg(p_emul: int, n: int = 2000, steps: int = 50):
+def _cfg(p_emul: int, n: int = 2000, steps: int = 50, binaries: float = 0.0):
     return load_config(None, [f"initial.n={n}", "initial.seed=12", f"run.max_steps={steps}",
-                              f"run.emulate_ranks={p_emul}", "run.n_core_stop=0"])
+                              f"run.emulate_ranks={p_emul}", "run.n_core_stop=0",
+                              f"initial.binary_fraction={binaries}"])
 
 
-def test_parallel_run_equals_serial_emulation(world):
+@pytest.mark.parametrize("binaries", [0.0, 0.2])
+def test_parallel_run_equals_serial_emulation(world, binaries):
+    """Also with primordial binaries: their table moves with the centre of mass through the
+    sample sort and the redistribution."""
     p = world.size
-    sim = Simulation.create(_cfg(0), world)
+    sim = Simulation.create(_cfg(0, binaries=binaries), world)
     for _ in range(50):
         sim.step()
     par = sim.gather_stars()
@@ -41,14 +45,18 @@ def test_parallel_run_equals_serial_emulation(world):
     # the serial emulation of p ranks, computed on rank 0 and shared
     ser = ser_diag = None
     if world.rank == 0:
-        emu = Simulation.create(_cfg(p if p > 1 else 0), SerialComm())
+        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=binaries), SerialComm())
         for _ in range(50):
             emu.step()
         ser = emu.gather_stars()
         ser_diag = {k: np.asarray(v) for k, v in emu.history.items()}
     verdict = None
     if world.rank == 0:
-        same = {k: bool(np.array_equal(par[k], ser[k])) for k in ("id", "r", "m", "vr", "vt")}
+        keys = ("id", "r", "m", "vr", "vt") + (("binind", "bin_a", "bin_e", "bin_m1",
+                                                 "bin_id2") if binaries else ())
+        same = {k: bool(np.array_equal(par[k], ser[k])) for k in keys}
+        if binaries:
+            same["has_binaries"] = bool(np.count_nonzero(par["binind"] >= 0) > 300)
         rel = {}
         for k in ("E_tot", "K", "r_c", "rho_c", "N_core", "r_h", "dt"):
             a, b = par_diag[k], ser_diag[k]
