@@ -432,6 +432,17 @@ def test_kepler_propagate_matches_the_analytic_orbit(e):
         assert np.allclose(w1, w_ref, rtol=1e-6, atol=1e-9 * np.linalg.norm(w0) / (1 - e))
 
 
+def _jump_setup(x, v, m):
+    """Energy, angular momentum and classified hierarchy of a state about to jump."""
+    n = m.size
+    e0 = fk.kinetic_energy(v, m, n) - fk.potential_energy(x, m, n)
+    l0 = np.empty(3)
+    fk.angular_momentum(x, v, m, n, l0)
+    tree = fb._empty_tree(n)
+    done, nn, ntop = fk.classify(x, v, m, np.zeros(n), n, 1e-5, *tree)
+    return e0, l0, tree, done, nn, ntop
+
+
 def test_kepler_jump_lands_on_the_mirror_point():
     """A binary and a single on a wide bound orbit, receding: the jump brings the single back to
     the same separation, approaching, with energy and angular momentum unchanged."""
@@ -441,11 +452,8 @@ def test_kepler_jump_lands_on_the_mirror_point():
     x = np.array([-0.5 * r_in - r_out / 3, 0.5 * r_in - r_out / 3, 2 * r_out / 3])
     v = np.array([-0.5 * w_in - w_out / 3, 0.5 * w_in - w_out / 3, 2 * w_out / 3])
     m = np.ones(3)
-    e0 = fk.kinetic_energy(v, m, 3) - fk.potential_energy(x, m, 3)
-    l0, l1 = np.empty(3), np.empty(3)
-    fk.angular_momentum(x, v, m, 3, l0)
-    tree = fb._empty_tree(3)
-    done, nn, ntop = fk.classify(x, v, m, np.zeros(3), 3, 1e-5, *tree)
+    e0, l0, tree, done, nn, ntop = _jump_setup(x, v, m)
+    l1 = np.empty(3)
     assert not done and ntop == 1
     d0 = np.linalg.norm(x[2] - 0.5 * (x[0] + x[1]))
     dt = fk.kepler_jump(x, v, m, 3, 1e-6, *tree, nn, ntop)
@@ -522,11 +530,8 @@ def test_kepler_jump_with_an_escaper():
     x = np.vstack([xt - d / 4, d * 3 / 4])
     v = np.vstack([vt - u / 4, u * 3 / 4])
     m = np.ones(4)
-    e0 = fk.kinetic_energy(v, m, 4) - fk.potential_energy(x, m, 4)
-    l0, l1 = np.empty(3), np.empty(3)
-    fk.angular_momentum(x, v, m, 4, l0)
-    tree = fb._empty_tree(4)
-    done, nn, ntop = fk.classify(x, v, m, np.zeros(4), 4, 1e-5, *tree)
+    e0, l0, tree, done, nn, ntop = _jump_setup(x, v, m)
+    l1 = np.empty(3)
     assert not done and ntop == 2
     dsep0 = np.linalg.norm(x[2] - 0.5 * (x[0] + x[1]))
     desc0 = np.linalg.norm(x[3] - x[:3].mean(0))
