@@ -57,7 +57,7 @@ def _run_chunk(args) -> list[dict]:
         o = fb.scatter(o1, o2, v_over_vc * vc, rp_max, states, 0, settings)
         dt = time.perf_counter() - t0
         bins = o.binaries()
-        eb_out = sum(-c.children[0].m * c.children[1].m / (2 * c.a) for c in bins)
+        eb_out = sum(c.internal_energy for c in bins)
         out.append({
             "kind": o.kind, "hierarchy": o.hierarchy, "status": o.status, "valid": o.valid,
             "b": o.initial.b, "r_peri": o.initial.r_peri, "de_rel": o.de_rel,

@@ -51,8 +51,8 @@ STAR_FIELDS: tuple[Field, ...] = (
 #: ``binind >= 0``; its internals are these fields.  In memory and in the MPI records they are
 #: columns of the star table, present only in runs with binaries, so a binary moves with its
 #: centre of mass through the sort and redistribution with no separate path.  Snapshots and
-#: checkpoints write them as a ``binaries`` group holding the binary rows only, and ``binind``
-#: in the file is the row of that group.
+#: checkpoints write them as a ``binaries`` group holding the binary rows only, each with
+#: ``star_row``, the row of its centre of mass in the ``stars`` group.
 BINARY_FIELDS: tuple[Field, ...] = (
     Field("bin_id1", "int64", "", "id of the first member", default=-1),
     Field("bin_id2", "int64", "", "id of the second member", default=-1),
@@ -73,12 +73,6 @@ SAVED_FIELDS: tuple[str, ...] = tuple(f.name for f in STAR_FIELDS if f.saved)
 BINARY_NAMES: tuple[str, ...] = tuple(f.name for f in BINARY_FIELDS)
 
 
-def binding_energy(m1: np.ndarray, m2: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """Internal energy ``-G m1 m2 / (2 a)`` of binaries (Hénon units, G = 1)."""
-    return -0.5 * m1 * m2 / a
-
-
-def record_dtype(binaries: bool = False) -> np.dtype:
+def record_dtype() -> np.dtype:
     """Packed record dtype of one star (all fields), used for MPI exchange."""
-    fields = STAR_FIELDS + (BINARY_FIELDS if binaries else ())
-    return np.dtype([(f.name, f.dtype) for f in fields])
+    return np.dtype([(f.name, f.dtype) for f in STAR_FIELDS])

@@ -31,12 +31,12 @@ import numpy as np
 
 from cmc import io as cio
 from cmc.config import Config, load_config
-from cmc.fields import binding_energy
 from cmc.stars import StarTable
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
 from parallel.sample_sort import parallel_sort
 from parallel.streams import Streams
+from physics.binaries import binding_energy
 from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
 from physics.orbits import ORBIT_OK, new_orbits
 from physics.potential import compute_potential, potential_at_sorted_radii, potential_energy
@@ -288,7 +288,8 @@ class Simulation:
         red = allreduce_sum(self.comm, np.array([ke_local, e_esc, m_esc, n_esc,
                                                  counters[:, 0].sum(), counters[:, 1].sum(),
                                                  beta_stats[:, 0].sum(),
-                                                 beta_stats[:, 1].sum(), eb_esc]))
+                                                 beta_stats[:, 1].sum(), eb_esc,
+                                                 *self._binary_sums()]))
         st.e_escaped += red[1]
         st.e_bind_escaped += red[8]
         st.m_escaped += red[2]
@@ -300,7 +301,8 @@ class Simulation:
                  "bound_violations": red[5],
                  "beta_mean": red[6] / max(self.n_total // 2, 1), "beta_capped": red[7],
                  "n_escaped_step": red[3]}
-        d = self.diagnostics(record=True, extra=extra, kinetic=float(red[0]))
+        d = self.diagnostics(record=True, extra=extra, kinetic=float(red[0]),
+                             binaries=(float(red[9]), float(red[10])))
         self.timers["diagnostics"] += time.perf_counter() - t6
         return d
 
@@ -337,6 +339,13 @@ class Simulation:
                   float(np.sum(debts)), left)
 
     # ------------------------------------------------------------------ diagnostics
+    def _binary_sums(self) -> tuple[float, float]:
+        """Local internal energy and number of the binaries (0, 0 without binaries)."""
+        s = self.stars
+        if not s.has_binary_fields:
+            return 0.0, 0.0
+        return self._binding(s), float(np.count_nonzero(s.binind >= 0))
+
     @staticmethod
     def _binding(stars: StarTable, mask: np.ndarray | None = None) -> float:
         """Internal energy of the (selected) local binaries."""
@@ -348,11 +357,13 @@ class Simulation:
         return float(np.sum(binding_energy(stars.bin_m1[b], stars.bin_m2[b], stars.bin_a[b])))
 
     def diagnostics(self, record: bool = True, extra: dict | None = None,
-                    kinetic: float | None = None) -> dict:
+                    kinetic: float | None = None,
+                    binaries: tuple[float, float] | None = None) -> dict:
         """Energies, radii and core quantities now; appended to the history if ``record``.
 
-        ``kinetic`` is the global kinetic energy when the caller already reduced it (the step
-        packs it with its other sums); otherwise it is reduced here.
+        ``kinetic`` is the global kinetic energy and ``binaries`` the global (internal energy,
+        number) of the binaries when the caller already reduced them (the step packs them with
+        its other sums); otherwise they are reduced here.
         """
         st = self.state
         s = self.stars
@@ -360,10 +371,9 @@ class Simulation:
             ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
             kinetic = float(allreduce_sum(self.comm, np.array([ke_local]))[0])
         k = kinetic
-        e_bind = n_bin = 0.0
-        if s.has_binary_fields:
-            e_bind, n_bin = allreduce_sum(self.comm, np.array(
-                [self._binding(s), float(np.count_nonzero(s.binind >= 0))]))
+        if binaries is None:
+            binaries = tuple(allreduce_sum(self.comm, np.array(self._binary_sums())))
+        e_bind, n_bin = binaries
         w = potential_energy(self.r_all, self.m_all, self.phi_all)
         mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
         lr = lagrange_radii(self.r_all, self.m_all, self.fractions, self.mcum_all)

@@ -25,6 +25,7 @@ from parallel.rng import taus_uniform
 
 __all__ = [
     "binary_binary_timescale",
+    "binding_energy",
     "primordial_binaries",
     "binary_single_timescale",
     "sample_three_body_hardness",
@@ -35,6 +36,11 @@ __all__ = [
 ]
 
 SQRT_PI = math.sqrt(math.pi)
+
+
+def binding_energy(m1, m2, a):
+    """Internal energy ``-G m1 m2 / (2 a)`` of binaries (G = 1; scalars or arrays)."""
+    return -0.5 * m1 * m2 / a
 
 
 def binary_single_timescale(n_s: float, sigma: float, a_mean: float, a2_mean: float,
@@ -146,11 +152,6 @@ def three_body_rate(n: float, v_mean: float, m1: float, m2: float, m3: float,
     m123 = m12 + m3
     return (0.5 * math.sqrt(2.0) * math.pi ** 2 * n * n * v_mean ** -9 * m12 ** 5
             * eta_min ** -5.5 * (1.0 + 2.0 * eta_min) * (1.0 + 2.0 * (m123 / m12) * eta_min))
-
-
-@njit(cache=True)
-def _hardness_density(eta, k):
-    return 5.5 * eta ** -6.5 + (4.5 * k + 9.0) * eta ** -5.5 + 7.0 * k * eta ** -4.5
 
 
 @njit(cache=True)

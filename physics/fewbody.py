@@ -36,6 +36,7 @@ import numpy as np
 
 from parallel.rng import taus_uniform
 from physics import fewbody_kernels as fk
+from physics.binaries import binding_energy
 
 __all__ = [
     "DRAWS_PER_ENCOUNTER",
@@ -119,7 +120,7 @@ class StarObject:
         """Internal energy ``-m1 m2 / (2 a)`` (0 for a single)."""
         if not self.is_binary:
             return 0.0
-        return -self.masses[0] * self.masses[1] / (2.0 * self.a)
+        return float(binding_energy(self.masses[0], self.masses[1], self.a))
 
     @property
     def period(self) -> float:
@@ -461,7 +462,8 @@ class Product:
         if not self.children:
             return 0.0
         c1, c2 = self.children
-        return -c1.m * c2.m / (2.0 * self.a) + c1.internal_energy + c2.internal_energy
+        return (float(binding_energy(c1.m, c2.m, self.a)) + c1.internal_energy
+                + c2.internal_energy)
 
     def notation(self) -> str:
         """Fewbody's notation: ``[0 1]`` a binary, ``[[0 1] 2]`` a triple, ``0:1`` a merger."""
@@ -535,17 +537,7 @@ class Outcome:
 
     def binaries(self) -> list[Product]:
         """Every binary among the products (including inner binaries of triples)."""
-        out = []
-
-        def walk(p: Product) -> None:
-            if p.is_binary:
-                out.append(p)
-            for c in p.children:
-                walk(c)
-
-        for p in self.products:
-            walk(p)
-        return out
+        return [p for p in _walk_all(self.products) if p.is_binary]
 
 
 def _tree_to_products(node: int, tx, tv, tm, ta, te, ch, members, rad, ids, scale_l, scale_v,
@@ -575,20 +567,6 @@ def _velocities_at_infinity(products: list[Product]) -> None:
         p.v_inf = p.v * fac
 
 
-def _bound_groups(products: list[Product]) -> list[tuple[int, ...]]:
-    out = []
-
-    def walk(p: Product) -> None:
-        if p.children:
-            out.append(p.ids)
-            for c in p.children:
-                walk(c)
-
-    for p in products:
-        walk(p)
-    return out
-
-
 def _classify_kind(state: InitialState, products: list[Product], n_mergers: int
                    ) -> tuple[str, int, int, int, int]:
     """Name the outcome and count exchanges and ionisations."""
@@ -603,10 +581,9 @@ def _classify_kind(state: InitialState, products: list[Product], n_mergers: int
         if len(origins) > 1 or tuple(sorted(bnode.ids)) not in in_groups:
             exchanges += 1
     ionisations = max(0, n_in - (n_out - exchanges))
-    top_sizes = [len(p.ids) if p.children else 1 for p in products]
     if n_mergers:
         kind = "merger"
-    elif max(top_sizes) >= 4 and any(p.n_bodies >= 4 for p in products):
+    elif any(p.n_bodies >= 4 for p in products):
         kind = "quadruple"
     elif any(p.n_bodies == 3 for p in products):
         kind = "triple"

@@ -628,7 +628,19 @@ def kepler_propagate(r0, w0, mu, dt, r1, w1):
 
 
 @njit(cache=True)
-def _place_child(node, xc, vc, x, v, m, tm, ch, dt, r1, w1):
+def _split(xcm, vcm, ma, mb, r, w, xa, va, xb, vb):
+    """Positions and velocities of two parts of masses ``ma``, ``mb`` with centre of mass
+    ``xcm``, ``vcm`` and relative position ``r`` and velocity ``w`` (b minus a)."""
+    mt = ma + mb
+    for c in range(3):
+        xa[c] = xcm[c] - mb / mt * r[c]
+        va[c] = vcm[c] - mb / mt * w[c]
+        xb[c] = xcm[c] + ma / mt * r[c]
+        vb[c] = vcm[c] + ma / mt * w[c]
+
+
+@njit(cache=True)
+def _place_child(node, xc, vc, x, v, m, ch, dt):
     """Put the bodies of a top-level child (a body or a binary of two bodies) at centre of mass
     ``xc``, ``vc``, propagating a binary's internal orbit by ``dt``."""
     if ch[node, 0] < 0:
@@ -638,15 +650,10 @@ def _place_child(node, xc, vc, x, v, m, tm, ch, dt, r1, w1):
         return
     i = ch[node, 0]
     j = ch[node, 1]
-    r0 = x[j] - x[i]
-    w0 = v[j] - v[i]
-    kepler_propagate(r0, w0, m[i] + m[j], dt, r1, w1)
-    mt = m[i] + m[j]
-    for c in range(3):
-        x[i, c] = xc[c] - m[j] / mt * r1[c]
-        x[j, c] = xc[c] + m[i] / mt * r1[c]
-        v[i, c] = vc[c] - m[j] / mt * w1[c]
-        v[j, c] = vc[c] + m[i] / mt * w1[c]
+    r1 = np.empty(3)
+    w1 = np.empty(3)
+    kepler_propagate(x[j] - x[i], v[j] - v[i], m[i] + m[j], dt, r1, w1)
+    _split(xc, vc, m[i], m[j], r1, w1, x[i], v[i], x[j], v[j])
 
 
 @njit(cache=True)
@@ -790,32 +797,27 @@ def kepler_jump(x, v, m, n, jump_tol, tx, tv, tm, ta, te, ch, top, nn, ntop):
         re1 = np.empty(3)
         we1 = np.empty(3)
         kepler_propagate_hyperbolic(re0, we0, mt, dt, re1, we1)
+        xcm = np.empty(3)
+        vcm = np.empty(3)
+        for c in range(3):
+            vcm[c] = (tm[k] * tv[k, c] + tm[esc] * tv[esc, c]) / mt
+            xcm[c] = (tm[k] * tx[k, c] + tm[esc] * tx[esc, c]) / mt + vcm[c] * dt
         xe = np.empty(3)
         ve = np.empty(3)
-        for c in range(3):
-            xcm = (tm[k] * tx[k, c] + tm[esc] * tx[esc, c]) / mt
-            vcm = (tm[k] * tv[k, c] + tm[esc] * tv[esc, c]) / mt
-            xcm += vcm * dt
-            xk[c] = xcm - tm[esc] / mt * re1[c]
-            vk[c] = vcm - tm[esc] / mt * we1[c]
-            xe[c] = xcm + tm[k] / mt * re1[c]
-            ve[c] = vcm + tm[k] / mt * we1[c]
-        _place_child(esc, xe, ve, x, v, m, tm, ch, dt, np.empty(3), np.empty(3))
+        _split(xcm, vcm, tm[k], tm[esc], re1, we1, xk, vk, xe, ve)
+        _place_child(esc, xe, ve, x, v, m, ch, dt)
     r1 = np.empty(3)
     w1 = np.empty(3)
     kepler_propagate(r0, w0, mo, dt, r1, w1)
-    xc = np.empty(3)
-    vc = np.empty(3)
+    xa = np.empty(3)
+    va = np.empty(3)
+    xb = np.empty(3)
+    vb = np.empty(3)
     for attempt in range(2):
-        for side in range(2):
-            cc = ch[k, side]
-            sgn = -tm[ch[k, 1]] / mo if side == 0 else tm[ch[k, 0]] / mo
-            for c in range(3):
-                xc[c] = xk[c] + sgn * r1[c]
-                vc[c] = vk[c] + sgn * w1[c]
-            # binaries are propagated once; on the energy-fix pass only their centre moves
-            _place_child(cc, xc, vc, x, v, m, tm, ch, dt if attempt == 0 else 0.0,
-                         np.empty(3), np.empty(3))
+        _split(xk, vk, tm[c1], tm[c2], r1, w1, xa, va, xb, vb)
+        # binaries are propagated once; on the energy-fix pass only their centre moves
+        _place_child(c1, xa, va, x, v, m, ch, dt if attempt == 0 else 0.0)
+        _place_child(c2, xb, vb, x, v, m, ch, dt if attempt == 0 else 0.0)
         if attempt == 0:
             # restore the energy through the outer radial speed only (keeps r x w)
             e_after = kinetic_energy(v, m, n) - potential_energy(x, m, n)

@@ -97,20 +97,22 @@ def integrate_ias15(state: InitialState, settings: EncounterSettings) -> Outcome
     n = read()
     nn, ntop = n, n
     while True:
-        e_before = _energy(x, v, m, n)
-        before = ({int(p.name): (p.m, p.r) for p in sim.particles} if has_radii else {})
+        if has_radii:
+            e_before = _energy(x, v, m, n)
+            before = {int(p.name): (p.m, p.r) for p in sim.particles}
         try:
             sim.integrate(min(sim.t + chunk, t_max), exact_finish_time=0)
         except rebound.Collision:  # pragma: no cover - only with collision_resolve = halt
             status = fk.STATUS_FAILED
             break
-        if has_radii and sim.N < len(before):
+        merged = has_radii and sim.N < len(before)
+        if merged:
             _record_mergers(sim, before, members_by_hash, settings.merger_radius_factor)
-            n = read()
+        n = read()
+        if merged:
             # energy lost in the merger: the energy change over the chunk (IAS15 keeps the
             # rest to round-off)
             de_merge += _energy(x, v, m, n) - e_before
-        n = read()
         n_checks += 1
         done, nn, ntop = fk.classify(x, v, m, rad, n, settings.tidal_tol, tx, tv, tm, ta, te,
                                      ch, top)

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from cmc.config import load_config
-from cmc.fields import BINARY_NAMES, binding_energy
+from cmc.fields import BINARY_NAMES
 from cmc.initial import build_initial_stars
 from cmc.io import read_snapshot, write_snapshot
 from cmc.simulation import Simulation
 from parallel.comm import SerialComm
+from physics.binaries import binding_energy
 
 
 def _stars(fraction, n=4000, **kw):
