@@ -79,8 +79,10 @@ class RunConfig:
     max_wall_hours: float = _p(0.0, "h", "stop (with a checkpoint) after this wall time of one "
                                "invocation (run or restart); 0: off",
                                lo=0.0)
-    n_core_stop: float = _p(100.0, "stars", "core collapse: stop when N_core falls below this; "
-                            "0: off", lo=0.0)
+    n_core_stop: float = _p(-1.0, "stars", "core collapse: stop when N_core falls below this; "
+                            "0: off; -1: 100 for a run that cannot form binaries, off for one "
+                            "that can (binaries present, or binaries.three_body = all)",
+                            lo=-1.0)
     rc_stop_fraction: float = _p(0.0, "r_c0", "stop when r_c < this * initial r_c; 0: off",
                                  lo=0.0, hi=1.0)
     energy_error_max: float = _p(0.05, "", "stop when |E - E0|/|E0| exceeds this", lo=0.0,
@@ -91,6 +93,36 @@ class RunConfig:
                             "P-rank MPI run (0: off)", lo=0)
     threads: int = _p(0, "", "numba threads per process (0: cores / MPI ranks)", lo=0)
     sample_size: int = _p(0, "", "Sample Sort samples per rank (0: automatic)", lo=0)
+
+
+@dataclass
+class BinariesConfig:
+    """[binaries]: strong encounters, three-body binaries and wide binaries (runs with
+    binaries; see docs/method.md)."""
+
+    binary_single: bool = _p(True, "", "strong binary-single encounters through the few-body "
+                             "integrator")
+    binary_binary: bool = _p(True, "", "strong binary-binary encounters")
+    x_bs: float = _p(2.0, "a", "pericentre cap of a binary-single encounter (CMC's XBS)",
+                     lo=0.0, lo_open=True)
+    x_bb: float = _p(2.0, "a1+a2", "pericentre cap of a binary-binary encounter (CMC's XBB)",
+                     lo=0.0, lo_open=True)
+    dt_fraction_bs: float = _p(0.005, "T_bs", "the step is at most this fraction of the "
+                               "binary-single time scale of the central 300 stars (eq 10)",
+                               lo=0.0, lo_open=True)
+    dt_fraction_bb: float = _p(0.005, "T_bb", "the step is at most this fraction of the "
+                               "binary-binary time scale (eq 9)", lo=0.0, lo_open=True)
+    three_body: str = _p("bh", "", "three-body binary formation: off, bh (black holes, "
+                         "startype 14, only: CMC's default) or all (any single stars)",
+                         choices=("off", "bh", "all"))
+    eta_min: float = _p(5.0, "", "smallest hardness of a three-body binary", lo=1.0)
+    eta_max: float = _p(50.0, "", "largest hardness of a three-body binary", lo=1.0)
+    wide_factor: float = _p(0.1, "n^-1/3", "break binaries whose apocentre exceeds this times "
+                            "the local interparticle distance (CMC: 0.1); 0: never", lo=0.0)
+    integrator: str = _p("ar", "", "few-body integrator: ar (ours) or ias15 (REBOUND)",
+                         choices=("ar", "ias15"))
+    energy_tol: float = _p(1e-3, "", "discard an encounter whose relative energy error "
+                           "exceeds this", lo=0.0, lo_open=True)
 
 
 @dataclass
@@ -115,9 +147,10 @@ class Config:
 
     initial: InitialConfig = field(default_factory=InitialConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    binaries: BinariesConfig = field(default_factory=BinariesConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
 
-    SECTIONS = ("initial", "run", "output")
+    SECTIONS = ("initial", "run", "binaries", "output")
 
     def to_ini(self) -> str:
         """The parameters as INI text (round-trips through :func:`load_config`)."""
@@ -159,6 +192,10 @@ class Config:
             raise ConfigError("run.r_tidal: -1 (the model's tidal radius) needs model = king")
         if -1.0 < self.run.r_tidal < 0.0:
             raise ConfigError("run.r_tidal: must be -1, 0 or positive")
+        if -1.0 < self.run.n_core_stop < 0.0:
+            raise ConfigError("run.n_core_stop: must be -1 (auto), 0 (off) or positive")
+        if self.binaries.eta_max <= self.binaries.eta_min:
+            raise ConfigError("binaries.eta_max: must be above binaries.eta_min")
 
 
 def _format(v: Any) -> str:

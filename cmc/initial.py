@@ -33,6 +33,7 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     if ini.model == "file":
         stars, attrs = read_snapshot(ini.file)
         n = stars["r"].size
+        ensure_binary_columns(stars, cfg.binaries.three_body)
         return stars, {"n": n, "model": "file", "r_tidal": float(attrs.get("r_tidal", 0.0)),
                        "m_total_msun": float(np.sum(stars["m_msun"]))}
     rng = initial_generator(ini.seed)
@@ -58,8 +59,27 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     n_bin = 0
     if ini.binary_fraction > 0.0:
         n_bin = add_primordial_binaries(out, rng, ini)
+    ensure_binary_columns(out, cfg.binaries.three_body)
     return out, {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total,
                  "n_binaries": n_bin}
+
+
+def ensure_binary_columns(stars: dict[str, np.ndarray], three_body: str) -> None:
+    """Give the table its binary columns (all singles) when binaries can form in the run:
+    ``three_body = all``, or ``bh`` with black holes (startype 14) present.  The columns are
+    there exactly when a run has or can form binaries; it then runs on through core collapse
+    by default (``run.n_core_stop = -1``)."""
+    from cmc.fields import BINARY_FIELDS
+    from physics.encounters import BLACK_HOLE
+
+    if "bin_a" in stars:
+        return
+    n = stars["m"].size
+    types = stars.get("startype")
+    if three_body == "all" or (three_body == "bh" and types is not None
+                               and np.any(np.asarray(types) == BLACK_HOLE)):
+        for f in BINARY_FIELDS:
+            stars[f.name] = np.full(n, f.default, dtype=f.dtype)
 
 
 def add_primordial_binaries(stars: dict[str, np.ndarray], rng: np.random.Generator,

@@ -36,26 +36,41 @@ from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
 from parallel.sample_sort import parallel_sort
 from parallel.streams import Streams
-from physics.binaries import binding_energy
+from physics import encounters as enc
+from physics.binaries import binary_binary_timescale, binary_single_timescale, binding_energy
 from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
-from physics.orbits import ORBIT_OK, new_orbits
+from physics.fewbody import EncounterSettings
+from physics.orbits import ORBIT_OK, block_rows, new_orbits_rows
 from physics.potential import compute_potential, potential_at_sorted_radii, potential_energy
-from physics.relaxation import block_moments, relax_pairs, window_relaxation_times
+from physics.relaxation import (
+    block_moments,
+    relax_or_select_pairs,
+    relax_pairs,
+    window_relaxation_times,
+)
 from physics.structure import core_properties, lagrange_radii
 
 log = logging.getLogger("cmc.simulation")
 
 #: Stream index reserved for sampling initial conditions (far from any rank's stream).
 IC_STREAM = 2**30
-PARTS = ("potential", "timestep", "relaxation", "orbits", "sort", "energy", "diagnostics")
+PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
+         "diagnostics")
+#: Stars of the centre over which the binary time scales are averaged (the paper: 300).
+CENTRAL_STARS = 300
 
 DIAG_UNITS = {
     "time": "t_rel = t_NB N0/ln(gamma N0)", "time_nb": "t_NB", "time_trh": "t_rh0",
     "dt": "t_rel", "M": "M0", "K": "E_NB", "W": "E_NB", "E_bound": "E_NB",
     "E_escaped": "E_NB", "E_tot": "E_NB", "M_escaped": "M0", "r_h": "r_vir",
     "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir",
-    "E_binding": "E_NB", "E_binding_escaped": "E_NB",
+    "E_binding": "E_NB", "E_binding_escaped": "E_NB", "E_encounters": "E_NB",
+    "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB",
+    "T_bs": "t_NB", "T_bb": "t_NB",
 }
+#: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
+#: that count events).
+EVENT_COUNTS = enc.COUNT_NAMES[:9]
 
 
 @dataclass
@@ -76,6 +91,10 @@ class RunState:
     n_escaped: int = 0
     e_deficit: float = 0.0
     e_bind_escaped: float = 0.0
+    e_encounters: float = 0.0
+    e_three_body: float = 0.0
+    e_taken: float = 0.0
+    e_oops: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""
@@ -102,6 +121,8 @@ class Simulation:
         self.timers = dict.fromkeys(PARTS, 0.0)
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=float)
         self._signal = 0
+        self._n_p1 = 0
+        self._p1_warned = False
         self._wall_start = time.monotonic()
         self._wall_at_start = state.wall_seconds
         self._last_checkpoint = time.monotonic()
@@ -109,6 +130,12 @@ class Simulation:
             raise ValueError("run.emulate_ranks: only for serial runs (or equal to the number "
                              f"of MPI ranks, {self.size})")
         self.n_emul = self.size if self.size > 1 else max(1, cfg.run.emulate_ranks)
+        b = cfg.binaries
+        self.phys = enc.BinaryPhysics(
+            binary_single=b.binary_single, binary_binary=b.binary_binary, x_bs=b.x_bs,
+            x_bb=b.x_bb, three_body=b.three_body, eta_min=b.eta_min, eta_max=b.eta_max,
+            wide_factor=b.wide_factor,
+            settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol))
         self.sync_replicated()
 
     # ------------------------------------------------------------------ construction
@@ -216,6 +243,12 @@ class Simulation:
         tb = window_relaxation_times(self.r_all, moments, float(st.n0), coulomb_ratio)
         tmin = float(tb.min()) if tb.size else np.inf
         dt = (2.0 * cfg.theta_max / math.pi) ** 2 * tmin
+        t_bs = t_bb = math.inf
+        if stars.has_binary_fields:
+            t_bs, t_bb = self._binary_timescales()
+            to_rel = st.lnl0 / st.n0  # N-body time -> relaxation units
+            b = self.cfg.binaries
+            dt = min(dt, b.dt_fraction_bs * t_bs * to_rel, b.dt_fraction_bb * t_bb * to_rel)
         if st.dt_prev > 0.0:
             dt = min(dt, cfg.dt_growth_max * st.dt_prev)
         if not math.isfinite(dt) or dt <= 0.0:
@@ -230,11 +263,25 @@ class Simulation:
         states = np.ascontiguousarray(self.streams.states[rows, subs])
         nb = states.shape[0]
         beta_stats = np.zeros((nb, 2))
-        if cfg.relaxation:
+        counts = np.zeros(len(enc.COUNT_NAMES))
+        p_stats = np.zeros((nb, 3))
+        gidx, block_start = block_rows(n, self.offset)
+        t3 = time.perf_counter()
+        if cfg.relaxation and stars.has_binary_fields:
+            sel = self._relax_and_select(states, dt, coulomb_ratio, beta_stats, p_stats)
+            t3 = time.perf_counter()
+            fields, gidx, block_start, counts = enc.apply_events(
+                stars.as_dict(), self.offset, states, *sel, self.phys)
+            if fields is not stars.as_dict():
+                self.stars = stars = StarTable(fields)
+                n = stars.n
+        elif cfg.relaxation:
             relax_pairs(self.r_all, self.offset, stars.m, stars.vr, stars.vt, states, dt,
                         float(st.n0), coulomb_ratio, beta_stats)
-        t3 = time.perf_counter()
+            t3 = time.perf_counter()
         self.timers["relaxation"] += t3 - t2
+        t3, t3_start = time.perf_counter(), t3
+        self.timers["encounters"] += t3 - t3_start
         # 4. new orbits
         r_new = np.empty(n)
         vr_new = stars.vr.copy()
@@ -243,9 +290,9 @@ class Simulation:
         phi_on = np.empty(n)
         status = np.zeros(n, dtype=np.int8)
         counters = np.zeros((nb, 2))
-        new_orbits(self.r_all, self.phi_all, self.mcum_all, self.offset, stars.m, stars.vr,
-                   stars.vt, states, float(cfg.r_tidal), r_new, vr_new, vt_new, phi_oo, phi_on,
-                   status, counters)
+        new_orbits_rows(self.r_all, self.phi_all, self.mcum_all, gidx, block_start, stars.m,
+                        stars.vr, stars.vt, states, float(cfg.r_tidal), r_new, vr_new, vt_new,
+                        phi_oo, phi_on, status, counters)
         self.streams.states[rows, subs] = states
         esc = status != ORBIT_OK
         e_esc = float(np.sum(stars.m[esc] * (phi_oo[esc] + 0.5 * (stars.vr[esc] ** 2
@@ -253,7 +300,7 @@ class Simulation:
         m_esc = float(np.sum(stars.m[esc]))
         n_esc = int(np.count_nonzero(esc))
         eb_esc = self._binding(stars, esc) if n_esc else 0.0
-        stars.old_index = np.arange(self.offset, self.offset + n, dtype=np.int64)
+        stars.old_index = gidx
         stars.phi_oo = phi_oo
         stars.phi_on = phi_on
         stars.r = r_new
@@ -289,9 +336,24 @@ class Simulation:
                                                  counters[:, 0].sum(), counters[:, 1].sum(),
                                                  beta_stats[:, 0].sum(),
                                                  beta_stats[:, 1].sum(), eb_esc,
-                                                 *self._binary_sums()]))
+                                                 *self._binary_sums(), *counts,
+                                                 p_stats[:, 0].sum(), p_stats[:, 1].sum()]))
         st.e_escaped += red[1]
         st.e_bind_escaped += red[8]
+        ev = dict(zip(enc.COUNT_NAMES, red[11:11 + len(enc.COUNT_NAMES)], strict=True))
+        st.e_encounters += ev["e_encounters"]
+        st.e_three_body += ev["e_three_body"]
+        st.e_taken += ev["e_taken"]
+        st.e_oops += ev["e_oops"]
+        n_p1 = red[-1]
+        self._n_p1 += int(n_p1)
+        if self._n_p1 and (not self._p1_warned
+                           or (st.step + 1) % self.cfg.output.progress_every == 0):
+            # the first time, then summed over progress intervals (CMC warns at every pair)
+            log.warning("%d pair(s) with a strong-encounter probability >= 1 (by step %d; the "
+                        "binary time step may be too long)", self._n_p1, st.step + 1)
+            self._n_p1 = 0
+            self._p1_warned = True
         st.m_escaped += red[2]
         st.n_escaped += int(round(red[3]))
         st.time += dt
@@ -300,11 +362,84 @@ class Simulation:
         extra = {"dt": dt, "trials_per_star": red[4] / max(self.n_total, 1),
                  "bound_violations": red[5],
                  "beta_mean": red[6] / max(self.n_total // 2, 1), "beta_capped": red[7],
-                 "n_escaped_step": red[3]}
+                 "n_escaped_step": red[3], "T_bs": t_bs, "T_bb": t_bb,
+                 "n_binary_pairs": red[-2], "n_p_over_1": n_p1,
+                 **{k: ev[k] for k in EVENT_COUNTS}}
         d = self.diagnostics(record=True, extra=extra, kinetic=float(red[0]),
                              binaries=(float(red[9]), float(red[10])))
         self.timers["diagnostics"] += time.perf_counter() - t6
         return d
+
+    def _relax_and_select(self, states: np.ndarray, dt: float, coulomb_ratio: float,
+                          beta_stats: np.ndarray, p_stats: np.ndarray) -> tuple:
+        """Relaxation with strong-encounter selection, three-body and wide-binary selection.
+
+        Returns the arguments of :func:`physics.encounters.apply_events` after ``states``:
+        (encounter, enc_phi, enc_w, formed, block_stats, wide).
+        """
+        st = self.state
+        stars = self.stars
+        phys = self.phys
+        n = stars.n
+        nb = states.shape[0]
+        n0 = float(st.n0)
+        dt_nb = dt * st.n0 / st.lnl0
+        is_bin = stars.binind >= 0
+        npairs = n // 2 + 1
+        encounter = np.zeros(npairs, dtype=np.bool_)
+        enc_phi = np.zeros(npairs)
+        enc_w = np.zeros(npairs)
+        relax_or_select_pairs(self.r_all, self.offset, stars.m, stars.vr, stars.vt, stars.bin_a,
+                              is_bin, states, dt, n0, coulomb_ratio, dt_nb, phys.x_bs,
+                              phys.x_bb, phys.binary_single, phys.binary_binary, beta_stats,
+                              encounter, enc_phi, enc_w, p_stats)
+        busy = np.zeros(n, dtype=np.bool_)
+        pairs = np.flatnonzero(encounter)
+        busy[2 * pairs] = True
+        busy[2 * pairs + 1] = True
+        formed = np.zeros(nb * enc.TRIPLETS_PER_BLOCK, dtype=np.bool_)
+        block_stats = np.zeros((nb, 3))
+        if phys.three_body != "off":
+            eligible = ~is_bin & ~busy
+            if phys.three_body == "bh":
+                eligible &= stars.startype == enc.BLACK_HOLE
+            if eligible.any():
+                enc.select_three_body(self.r_all, self.offset, stars.m, stars.vr, stars.vt,
+                                      eligible, states, n0, dt_nb, phys.eta_min, formed,
+                                      block_stats, np.zeros((nb, 2)))
+        wide = np.zeros(n, dtype=np.bool_)
+        if phys.wide_factor > 0.0:
+            enc.select_wide_binaries(self.r_all, self.offset, is_bin, stars.bin_a, stars.bin_e,
+                                     busy, n0, phys.wide_factor, wide)
+        return encounter, enc_phi, enc_w, formed, block_stats, wide
+
+    def _binary_timescales(self) -> tuple[float, float]:
+        """T_bs and T_bb (paper eqs 10 and 9, N-body time) of the central 300 stars.
+
+        Per-block sums of the central blocks are gathered in block order and added in that
+        order, so every rank (and the serial emulation) gets the same bits.
+        """
+        n_central_blocks = (CENTRAL_STARS + MIN_CHUNK - 1) // MIN_CHUNK
+        first_block = self.offset // MIN_CHUNK
+        s = self.stars
+        local = enc.central_block_sums(s.m, s.vr, s.vt, s.binind >= 0, s.bin_a,
+                                       max(0, min(n_central_blocks - first_block,
+                                                  (s.n + MIN_CHUNK - 1) // MIN_CHUNK)))
+        sums = allgatherv_array(self.comm, local)
+        tot = np.zeros(sums.shape[1]) if sums.size else np.zeros(7)
+        for row in sums:  # block order, whatever the ranks
+            tot += row
+        n_s, n_b, v2, a_sum, a2_sum, mb_sum, ma_sum = tot
+        n_c = int(n_s + n_b)
+        if n_b == 0 or n_c < 2:
+            return math.inf, math.inf
+        vol = 4.0 / 3.0 * math.pi * float(self.r_all[n_c - 1]) ** 3
+        sigma = math.sqrt(v2 / (3.0 * n_c))
+        b = self.cfg.binaries
+        t_bs = binary_single_timescale(n_s / vol, sigma, a_sum / n_b, a2_sum / n_b,
+                                       mb_sum / n_b, b.x_bs)
+        t_bb = binary_binary_timescale(n_b / vol, sigma, a2_sum / n_b, ma_sum / n_b, b.x_bb)
+        return t_bs, t_bb
 
     def _take_deficit(self, deficit: np.ndarray) -> None:
         """Pass what blocks could not pay in the energy correction on to the next blocks.
@@ -379,7 +514,15 @@ class Simulation:
         lr = lagrange_radii(self.r_all, self.m_all, self.fractions, self.mcum_all)
         r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]), self.mcum_all)[0])
         r_c, rho_c, n_core = core_properties(self.r_all, self.m_all, r_h)
-        e_tot = k + w + st.e_escaped
+        # the whole budget: bound, escaped, binaries' internal energy (bound and escaped),
+        # less what binary processes owe and could not take from their neighbours
+        e_tot = k + w + st.e_escaped + e_bind + st.e_bind_escaped - st.e_oops
+        f_bin_core = 0.0
+        if s.has_binary_fields:
+            n_obj_core = int(np.searchsorted(self.r_all, r_c, side="right"))
+            nbc = allreduce_sum(self.comm, np.array([
+                np.count_nonzero((s.binind >= 0) & (s.r <= r_c))]))[0]
+            f_bin_core = float(nbc) / max(n_obj_core, 1)
         unit_nb = st.n0 / st.lnl0
         d = {
             "step": st.step, "time": st.time, "time_nb": st.time * unit_nb,
@@ -392,9 +535,13 @@ class Simulation:
             "N_core": n_core, "lagrange_radii": lr,
             "virial_ratio": 2.0 * k / abs(w) if w else 0.0,
             "N_binaries": n_bin, "E_binding": e_bind, "E_binding_escaped": st.e_bind_escaped,
+            "binary_fraction": n_bin / max(self.n_total, 1),
+            "binary_fraction_core": f_bin_core, "E_encounters": st.e_encounters,
+            "E_three_body": st.e_three_body, "E_taken": st.e_taken, "E_oops": st.e_oops,
         }
         base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
-                "beta_capped": 0.0, "n_escaped_step": 0.0}
+                "beta_capped": 0.0, "n_escaped_step": 0.0, "T_bs": math.inf, "T_bb": math.inf,
+                "n_binary_pairs": 0.0, "n_p_over_1": 0.0, **dict.fromkeys(EVENT_COUNTS, 0.0)}
         base.update(extra or {})
         d.update(base)
         if record:
@@ -458,9 +605,21 @@ class Simulation:
                 pass
         return old
 
+    def core_stop(self) -> float:
+        """N_core below which the run stops: ``run.n_core_stop``, or with -1 (auto) 100 for a
+        run that cannot form binaries and 0 (off: runs go on through collapse) for one that
+        can (binaries in the table, or ``binaries.three_body = all``)."""
+        c = self.cfg.run
+        if c.n_core_stop >= 0:
+            return c.n_core_stop
+        # the binary columns are there exactly when the run has or can form binaries
+        # (:func:`cmc.initial.build_initial_stars`)
+        return 0.0 if self.stars.has_binary_fields else 100.0
+
     def _stop_reason(self, d: dict) -> str:
         c = self.cfg.run
-        if c.n_core_stop > 0 and d["N_core"] < c.n_core_stop:
+        n_core_stop = self.core_stop()
+        if n_core_stop > 0 and d["N_core"] < n_core_stop:
             return "core_collapse_ncore"
         if c.rc_stop_fraction > 0 and d["r_c"] < c.rc_stop_fraction * self.state.r_c0:
             return "core_collapse_rc"

@@ -10,8 +10,7 @@ Pure functions of arrays and scalars, G = 1 (Hénon units), no MPI, no files:
   :func:`three_body_binary_kinematics`: three-body binary formation as Morscher et al. (2013,
   2015) and CMC-COSMIC do it.
 
-Not yet called from the step: the binary table and the pairing in the relaxation pass come with
-the binaries issue, which uses these.
+Called from the step through :mod:`physics.encounters`.
 """
 
 from __future__ import annotations
@@ -140,13 +139,14 @@ def strong_encounter_probability(n, w, r_p, m_pair, dt_rel, n_stars, ln_lambda):
     return n * w * strong_encounter_cross_section(r_p, m_pair, w) * dt_rel * n_stars / ln_lambda
 
 
-def three_body_rate(n: float, v_mean: float, m1: float, m2: float, m3: float,
-                    eta_min: float = 5.0) -> float:
+@njit(cache=True)
+def three_body_rate(n, v_mean, m1, m2, m3, eta_min):
     """Rate per triplet of forming a binary of hardness >= eta_min (Morscher et al. 2013).
 
     ``Gamma = (1/2) sqrt(2) pi^2 n^2 <v>^-9 (G M12)^5 eta_min^-5.5 (1 + 2 eta_min)
     (1 + 2 (M123 / M12) eta_min)``; the factor 1/2 corrects for sampling each star in one
-    triplet (CMC-COSMIC).  N-body units.
+    triplet (CMC-COSMIC).  ``<v>`` is the local mean relative speed (CMC-COSMIC averages it
+    over 20 neighbours).  N-body units (``n`` in r_vir^-3, ``<v>`` in v_NB, masses in M0).
     """
     m12 = m1 + m2
     m123 = m12 + m3

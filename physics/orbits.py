@@ -349,21 +349,47 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
     out[5] = violations
 
 
-@njit(cache=True, parallel=True)
+def block_rows(n: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(global index of each row, first row of each 20-star block) of ``n`` rows in the
+    standard layout: row ``i`` is star ``offset + i`` and block ``b`` rows ``20b .. 20b+19``."""
+    nb = (n + MIN_CHUNK - 1) // MIN_CHUNK
+    gidx = np.arange(offset, offset + n, dtype=np.int64)
+    block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
+    return gidx, block_start
+
+
 def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
                r_new, vr_new, vt_new, phi_oo, phi_on, status, counters):
+    """:func:`new_orbits_rows` for local stars in the standard layout (row ``i`` is star
+    ``offset + i``, blocks of 20 rows)."""
+    gidx, block_start = block_rows(m.shape[0], offset)
+    new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states, r_tidal,
+                    r_new, vr_new, vt_new, phi_oo, phi_on, status, counters)
+
+
+@njit(cache=True, parallel=True)
+def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states, r_tidal,
+                    r_new, vr_new, vt_new, phi_oo, phi_on, status, counters):
     """Sample new orbits for the local stars (one kernel over all of them).
+
+    A row is an object at the radius of star ``gidx[row]`` of the replicated arrays; block
+    ``b`` (sub-stream ``states[b]``) owns rows ``block_start[b] .. block_start[b+1] - 1``.
+    Normally row ``i`` is star ``offset + i`` and blocks have 20 rows (:func:`new_orbits`);
+    after strong encounters a block may hold more or fewer rows, the products of an
+    encounter sitting at the radii of the stars that met.
 
     Parameters
     ----------
     r_all, phi_all, mcum_all : ndarray, shape (N,)
         Replicated sorted radii, potential and enclosed mass of all stars (old potential).
-    offset : int
-        Global index of local star 0; local star ``i`` is ``r_all[offset + i]``.
+    gidx : ndarray of int64, shape (n,)
+        Index in the replicated arrays of each row's radius.
+    block_start : ndarray of int64, shape (nblocks + 1,)
+        First row of each block, and ``n`` last.
     m, vr, vt : ndarray, shape (n,)
         Local masses and velocities after relaxation [Hénon units].
-    states : ndarray of uint32, shape (ceil(n/20), 4)
-        Random sub-stream state of each 20-star block, advanced in place.
+    states : ndarray of uint32, shape (nblocks, 4)
+        Random sub-stream state of each block, advanced in place.
     r_tidal : float
         Stars whose apocentre exceeds it escape; ``<= 0`` disables the tidal cut.
     r_new, vr_new, vt_new : ndarray, shape (n,)
@@ -375,18 +401,17 @@ def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
     counters : ndarray of float64, shape (nblocks, 2)
         Per block: rejection trials and bound violations.
     """
-    n = m.shape[0]
     nblocks = states.shape[0]
     lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
     levels = search_levels(r_all, phi_all)
     for blk in prange(nblocks):
         out = np.empty(6)
-        i0 = blk * MIN_CHUNK
-        i1 = min(i0 + MIN_CHUNK, n)
+        i0 = block_start[blk]
+        i1 = block_start[blk + 1]
         tr = 0.0
         viol = 0.0
         for i in range(i0, i1):
-            s = offset + i
+            s = gidx[i]
             rs = r_all[s]
             ms = m[i]
             pot = phi_all[s] + ms / rs

@@ -164,6 +164,36 @@ def scatter_pair(m1, m2, vr1, vt1, vr2, vt2, beta, phi, psi):
     return n1z, np.sqrt(n1x * n1x + n1y * n1y), n2z, np.sqrt(n2x * n2x + n2y * n2y)
 
 
+@njit(cache=True, inline="always")
+def _relax_pair(r_all, g, m, vr, vt, i, j, phi, psi, dt, n0, coulomb_ratio):
+    """Deflect pair (i, j) (local rows; ``g`` the global index of j) over ``dt`` in place.
+
+    Returns (beta, capped): the deflection and 1.0 if it was capped at pi/2 (0.0 otherwise);
+    beta = -1 when the pair has no relative motion.
+    """
+    # relative speed with the same phi used for the scattering geometry
+    dx = vt[i] - vt[j] * np.cos(phi)
+    dy = -vt[j] * np.sin(phi)
+    dz = vr[i] - vr[j]
+    w = np.sqrt(dx * dx + dy * dy + dz * dz)
+    if w == 0.0:
+        return -1.0, 0.0
+    npr = local_number_density(r_all, g, n0)
+    m12 = (m[i] + m[j]) * n0
+    beta2 = 8.0 * np.pi * m12 * m12 * npr * coulomb_ratio * dt / (w * w * w)
+    beta = np.sqrt(beta2)
+    capped = 0.0
+    if beta > 0.5 * np.pi:
+        beta = 0.5 * np.pi
+        capped = 1.0
+    a, c, d, e = scatter_pair(m[i], m[j], vr[i], vt[i], vr[j], vt[j], beta, phi, psi)
+    vr[i] = a
+    vt[i] = c
+    vr[j] = d
+    vt[j] = e
+    return beta, capped
+
+
 @njit(cache=True, parallel=True)
 def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_stats):
     """Apply one representative encounter to each radial-neighbour pair (in place).
@@ -200,28 +230,99 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
         bsum = 0.0
         capped = 0.0
         for i in range(i0, i1 - 1, 2):
-            j = i + 1
             phi = 2.0 * np.pi * taus_uniform(states, b)
             psi = 2.0 * np.pi * taus_uniform(states, b)
-            # relative speed with the same phi used for the scattering geometry
-            dx = vt[i] - vt[j] * np.cos(phi)
-            dy = -vt[j] * np.sin(phi)
-            dz = vr[i] - vr[j]
-            w = np.sqrt(dx * dx + dy * dy + dz * dz)
-            if w == 0.0:
-                continue
-            npr = local_number_density(r_all, offset + j, n0)
-            m12 = (m[i] + m[j]) * n0
-            beta2 = 8.0 * np.pi * m12 * m12 * npr * coulomb_ratio * dt / (w * w * w)
-            beta = np.sqrt(beta2)
-            if beta > 0.5 * np.pi:
-                beta = 0.5 * np.pi
-                capped += 1.0
-            bsum += beta
-            a, c, d, e = scatter_pair(m[i], m[j], vr[i], vt[i], vr[j], vt[j], beta, phi, psi)
-            vr[i] = a
-            vt[i] = c
-            vr[j] = d
-            vt[j] = e
+            beta, cap = _relax_pair(r_all, offset + i + 1, m, vr, vt, i, i + 1, phi, psi, dt,
+                                    n0, coulomb_ratio)
+            if beta >= 0.0:
+                bsum += beta
+                capped += cap
         beta_stats[b, 0] = bsum
         beta_stats[b, 1] = capped
+
+
+@njit(cache=True, parallel=True)
+def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, states, dt, n0,
+                          coulomb_ratio, dt_nb, x_bs, x_bb, bs_on, bb_on, beta_stats,
+                          encounter, enc_phi, enc_w, p_stats):
+    """:func:`relax_pairs` for a cluster with binaries: a pair holding a binary may instead
+    have a strong encounter (the paper's section 2, CMC's ``dynamics_apply``).
+
+    A pair draws phi and psi as in :func:`relax_pairs`; a pair with a binary then draws one
+    more uniform ``u`` and has a strong encounter when ``u < P``,
+    ``P = n W S dt_nb`` with ``n`` the local number density (N-body units), ``W`` the
+    relative speed at the drawn phi, ``S = pi r_p^2 (1 + 2 (m_i + m_j) / (r_p W^2))`` and
+    ``r_p = x_bs a`` (binary-single) or ``x_bb (a_i + a_j)`` (binary-binary); otherwise it
+    relaxes.  A pair that has an encounter keeps its velocities here (the caller runs the
+    encounter after this kernel, drawing from the same block stream).
+
+    Extra parameters
+    ----------------
+    bin_a : ndarray
+        Semi-major axis of each local binary (any value for singles).
+    is_binary : ndarray of bool
+    dt_nb : float
+        The step in N-body time units (``dt N0 / ln(gamma N0)``).
+    x_bs, x_bb : float
+        Pericentre caps in units of a (CMC's XBS, XBB: 2).
+    bs_on, bb_on : bool
+        Whether binary-single / binary-binary encounters happen.
+    encounter : ndarray of bool, shape (n // 2 + 1,)
+        Out: pair ``k`` (rows 2k, 2k+1 of the local stars) has an encounter.
+    enc_phi, enc_w : ndarray, shape (n // 2 + 1,)
+        Out: its phi and relative speed W.
+    p_stats : ndarray, shape (nblocks, 3)
+        Out per block: pairs with a binary, pairs with P >= 1, largest P.
+    """
+    n = m.shape[0]
+    nb = states.shape[0]
+    for b in prange(nb):
+        i0 = b * BIN
+        i1 = min(i0 + BIN, n)
+        bsum = 0.0
+        capped = 0.0
+        n_bin_pairs = 0.0
+        n_p1 = 0.0
+        p_max = 0.0
+        for i in range(i0, i1 - 1, 2):
+            j = i + 1
+            k = i // 2
+            encounter[k] = False
+            phi = 2.0 * np.pi * taus_uniform(states, b)
+            psi = 2.0 * np.pi * taus_uniform(states, b)
+            if is_binary[i] or is_binary[j]:
+                n_bin_pairs += 1.0
+                u = taus_uniform(states, b)
+                both = is_binary[i] and is_binary[j]
+                on = bb_on if both else bs_on
+                dx = vt[i] - vt[j] * np.cos(phi)
+                dy = -vt[j] * np.sin(phi)
+                dz = vr[i] - vr[j]
+                w = np.sqrt(dx * dx + dy * dy + dz * dz)
+                if on and w > 0.0:
+                    if both:
+                        rp = x_bb * (bin_a[i] + bin_a[j])
+                    else:
+                        rp = x_bs * (bin_a[i] if is_binary[i] else bin_a[j])
+                    dens = local_number_density(r_all, offset + j, n0) * n0
+                    s = np.pi * rp * rp * (1.0 + 2.0 * (m[i] + m[j]) / (rp * w * w))
+                    p = dens * w * s * dt_nb
+                    if p >= 1.0:
+                        n_p1 += 1.0
+                    if p > p_max:
+                        p_max = p
+                    if u < p:
+                        encounter[k] = True
+                        enc_phi[k] = phi
+                        enc_w[k] = w
+                        continue
+            beta, cap = _relax_pair(r_all, offset + j, m, vr, vt, i, j, phi, psi, dt, n0,
+                                    coulomb_ratio)
+            if beta >= 0.0:
+                bsum += beta
+                capped += cap
+        beta_stats[b, 0] = bsum
+        beta_stats[b, 1] = capped
+        p_stats[b, 0] = n_bin_pairs
+        p_stats[b, 1] = n_p1
+        p_stats[b, 2] = p_max

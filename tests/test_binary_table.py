@@ -76,8 +76,12 @@ def test_snapshot_round_trip_and_validation(tmp_path):
 
 
 def test_binding_energy_is_booked_and_carried_by_escapers():
+    """With encounters and wide-binary breaking off, binaries are inert: their internal energy
+    only leaves with escaping binaries."""
     cfg = load_config(None, ["initial.n=3000", "initial.seed=4", "initial.binary_fraction=0.2",
-                             "run.n_core_stop=0", "run.r_tidal=3.0"])
+                             "run.n_core_stop=0", "run.r_tidal=3.0",
+                             "binaries.binary_single=false", "binaries.binary_binary=false",
+                             "binaries.wide_factor=0"])
     sim = Simulation.create(cfg, SerialComm())
     e_b0 = sim.history["E_binding"][0]
     s = sim.gather_stars()

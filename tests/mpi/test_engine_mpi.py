@@ -34,8 +34,9 @@ def _cfg(p_emul: int, n: int = 2000, steps: int = 50, binaries: float = 0.0):
 
 @pytest.mark.parametrize("binaries", [0.0, 0.2])
 def test_parallel_run_equals_serial_emulation(world, binaries):
-    """Also with primordial binaries: their table moves with the centre of mass through the
-    sample sort and the redistribution."""
+    """Also with primordial binaries and strong encounters: the binary table moves with the
+    centre of mass through the sample sort and the redistribution, encounters draw from their
+    block's sub-stream and products stay in their block."""
     p = world.size
     sim = Simulation.create(_cfg(0, binaries=binaries), world)
     for _ in range(50):
@@ -61,11 +62,16 @@ def test_parallel_run_equals_serial_emulation(world, binaries):
         for k in ("E_tot", "K", "r_c", "rho_c", "N_core", "r_h", "dt"):
             a, b = par_diag[k], ser_diag[k]
             rel[k] = float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
-        verdict = (same, rel, int(par_diag["N"][-1]))
-    same, rel, n_end = world.bcast(verdict, root=0)
+        n_enc = float(np.sum(par_diag["n_binary_single"]) + np.sum(par_diag["n_binary_binary"]))
+        # every star is a single or one of two members: stars are only lost by escape
+        n_stars = par_diag["N"] + par_diag["N_binaries"]
+        verdict = (same, rel, int(n_stars[-1]), int(n_stars[0]), n_enc)
+    same, rel, n_end, n_start, n_enc = world.bcast(verdict, root=0)
     assert all(same.values()), same
     assert max(rel.values()) < 1e-12, rel
-    assert n_end <= 2000
+    assert n_end <= n_start
+    if binaries:
+        assert n_enc >= 5  # the comparison covers encounters
 
 
 def test_restart_at_p_ranks_is_bit_for_bit(world):

@@ -1,0 +1,550 @@
+"""Binaries in the cluster: strong encounters, three-body binaries and wide-binary breaking.
+
+One step of a cluster with binaries (the paper's section 2, steps 2 and 3; CMC-COSMIC's
+``dynamics_apply``, ``binint_do``, ``perform_3bb`` and ``break_wide_binaries``):
+
+1. :func:`physics.relaxation.relax_or_select_pairs` relaxes the radial-neighbour pairs; a pair
+   holding a binary has a strong encounter instead with probability ``P = n W S dt``.
+2. :func:`select_three_body` picks the triplets of single stars (rows 3t, 3t+1, 3t+2 of a
+   20-star block) that form a binary, with the rate of Morscher et al. (2013, 2015).
+3. :func:`select_wide_binaries` picks binaries whose apocentre exceeds
+   ``wide_factor n^(-1/3)`` of the local density.
+4. :func:`apply_events` runs the encounters through the few-body integrator
+   (:mod:`physics.fewbody`), forms the three-body binaries, breaks the wide binaries, and writes
+   the products back into the table.
+
+Products take the radial slots of the stars that met: the first product the first star's, the
+second the second's, any further one (an ionisation) the second's again; a merged pair frees a
+slot.  CMC puts them at the pair's mass-weighted mean radius; the two differ by less than the
+spacing of radial neighbours, and slots keep the potential's star order, which the orbit
+kernel needs (:func:`physics.orbits.new_orbits_rows` takes each row's slot).  A block keeps its
+rows together, so every block's sub-stream draws the same numbers on any number of ranks.
+
+Random numbers: each event draws from its block's sub-stream, after the block's relaxation
+draws, in a fixed order: a block's encounters (pair order), then its three-body formations
+(triplet order).  Encounter: 9 (set-up, :data:`physics.fewbody.DRAWS_PER_ENCOUNTER`) + 1
+(orientation about the relative velocity); three-body formation: 7.
+
+Energy: an encounter changes the pair's kinetic energy by ``-(change of internal energy)`` up to
+the integrator's error; three-body formation by ``-E_b``.  Breaking a wide binary (or splitting
+a stable triple into its inner binary and outer star) needs ``|E_b|`` (``|E_outer|``), taken
+from the kinetic energy of the other stars of the block, at most
+:data:`physics.energy.TAKE_FRACTION` of it; anything left is booked as ``e_oops``.
+
+Units: Hénon (G = 1, M0 = 1); no MPI, no files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from parallel.decomposition import MIN_CHUNK
+from parallel.rng import taus_uniform
+from physics import fewbody
+from physics.binaries import (
+    binding_energy,
+    sample_three_body_hardness,
+    three_body_binary_kinematics,
+    three_body_rate,
+)
+from physics.energy import TAKE_FRACTION
+from physics.relaxation import local_number_density
+
+log = logging.getLogger("cmc.encounters")
+
+#: Triplets per 20-star block (rows 0-2, 3-5, ..., 15-17).
+TRIPLETS_PER_BLOCK = MIN_CHUNK // 3
+#: Object ids of binaries formed in a run: this plus the smaller member id (unique, and apart
+#: from every star id).
+NEW_BINARY_ID_BASE = 1 << 50
+#: Uniform draws of a three-body formation: 2 azimuths, 2 hardness, 1 eccentricity, 2 direction.
+DRAWS_THREE_BODY = 7
+#: BSE stellar type of a black hole (for ``three_body = bh``).
+BLACK_HOLE = 14
+
+#: Counters of :func:`apply_events`, in the order of the array it returns.
+COUNT_NAMES = (
+    "n_binary_single", "n_binary_binary", "n_exchanges", "n_ionisations", "n_mergers",
+    "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
+    "e_encounters", "e_three_body", "e_taken", "e_oops",
+)
+
+
+@dataclass(frozen=True)
+class BinaryPhysics:
+    """Switches and parameters of binary processes (from ``[binaries]``).
+
+    Attributes
+    ----------
+    binary_single, binary_binary : bool
+        Strong binary-single / binary-binary encounters.
+    x_bs, x_bb : float
+        Pericentre caps in units of a (CMC's XBS, XBB).
+    three_body : str
+        "off", "bh" (black holes only, CMC's default) or "all".
+    eta_min, eta_max : float
+        Hardness range of new three-body binaries (Morscher et al. 2015; CMC's 5 and 50).
+    wide_factor : float
+        Break binaries whose apocentre exceeds ``wide_factor n^(-1/3)`` (CMC: 0.1); 0: off.
+    settings : EncounterSettings
+        Few-body integrator settings.
+    """
+
+    binary_single: bool = True
+    binary_binary: bool = True
+    x_bs: float = 2.0
+    x_bb: float = 2.0
+    three_body: str = "bh"
+    eta_min: float = 5.0
+    eta_max: float = 50.0
+    wide_factor: float = 0.1
+    settings: fewbody.EncounterSettings = fewbody.EncounterSettings()
+
+
+# ---------------------------------------------------------------------------------- kernels
+@njit(cache=True, parallel=True)
+def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta_min,
+                      formed, block_stats, tb_stats):
+    """Triplets of single stars that form a binary this step.
+
+    Triplet ``t`` of block ``b`` is rows ``20 b + 3 t .. 20 b + 3 t + 2``.  A triplet whose
+    three rows are ``eligible`` (single, not in an encounter this step, of the allowed type)
+    draws one uniform ``u`` and forms a binary when ``u < Gamma dt_nb``
+    (:func:`physics.binaries.three_body_rate` with the local density at its middle star and
+    the block's mean relative speed).
+
+    Parameters
+    ----------
+    eligible : ndarray of bool, shape (n,)
+    states : ndarray of uint32, shape (nblocks, 4)
+        Block sub-streams (advanced in place).
+    n0, dt_nb, eta_min : float
+        Unit of the local density, the step in N-body time units, smallest hardness.
+    formed : ndarray of bool, shape (nblocks * TRIPLETS_PER_BLOCK,)
+        Out.
+    block_stats : ndarray, shape (nblocks, 3)
+        Out per block: mean relative speed ``4 sqrt(<v^2> / (3 pi))``, ``sigma^2 = <v^2> / 3``
+        and mean mass (what the formation uses).
+    tb_stats : ndarray, shape (nblocks, 2)
+        Out per block: eligible triplets, sum of their probabilities.
+    """
+    n = m.shape[0]
+    nb = states.shape[0]
+    for b in prange(nb):
+        i0 = b * MIN_CHUNK
+        i1 = min(i0 + MIN_CHUNK, n)
+        v2 = 0.0
+        msum = 0.0
+        for i in range(i0, i1):
+            v2 += vr[i] * vr[i] + vt[i] * vt[i]
+            msum += m[i]
+        cnt = i1 - i0
+        v2 /= max(cnt, 1)
+        vrel = 4.0 * np.sqrt(v2 / (3.0 * np.pi))
+        block_stats[b, 0] = vrel
+        block_stats[b, 1] = v2 / 3.0
+        block_stats[b, 2] = msum / max(cnt, 1)
+        n_el = 0.0
+        p_sum = 0.0
+        for t in range(TRIPLETS_PER_BLOCK):
+            k = b * TRIPLETS_PER_BLOCK + t
+            formed[k] = False
+            i = i0 + 3 * t
+            if i + 2 >= i1 or not (eligible[i] and eligible[i + 1] and eligible[i + 2]):
+                continue
+            if vrel <= 0.0:
+                continue
+            dens = local_number_density(r_all, offset + i + 1, n0) * n0
+            p = three_body_rate(dens, vrel, m[i], m[i + 1], m[i + 2], eta_min) * dt_nb
+            n_el += 1.0
+            p_sum += p
+            if taus_uniform(states, b) < p:
+                formed[k] = True
+        tb_stats[b, 0] = n_el
+        tb_stats[b, 1] = p_sum
+
+
+@njit(cache=True)
+def select_wide_binaries(r_all, offset, is_binary, bin_a, bin_e, busy, n0, wide_factor,
+                         out):
+    """Binaries whose apocentre ``a (1 + e)`` exceeds ``wide_factor n^(-1/3)`` (CMC's rule,
+    ``n`` the local number density), skipping rows in an encounter this step."""
+    for i in range(is_binary.shape[0]):
+        out[i] = False
+        if not is_binary[i] or busy[i]:
+            continue
+        dens = local_number_density(r_all, offset + i, n0) * n0
+        if dens > 0.0 and bin_a[i] * (1.0 + bin_e[i]) > wide_factor * dens ** (-1.0 / 3.0):
+            out[i] = True
+
+
+# ------------------------------------------------------------------------ geometry helpers
+def pair_velocities(vr_i: float, vt_i: float, vr_j: float, vt_j: float, phi: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """3-D velocities of a pair in its frame (z radial, star i's transverse motion along x,
+    star j's at angle phi), as the relaxation pass sets them up."""
+    return (np.array([vt_i, 0.0, vr_i]),
+            np.array([vt_j * math.cos(phi), vt_j * math.sin(phi), vr_j]))
+
+
+def incoming_direction(state: fewbody.InitialState) -> np.ndarray:
+    """Unit vector of object 2's velocity relative to object 1 at infinity (incoming)."""
+    g1, g2 = state.groups
+    m = state.m
+    m1, m2 = m[list(g1)].sum(), m[list(g2)].sum()
+    x = (m[list(g2)] @ state.x[list(g2)]) / m2 - (m[list(g1)] @ state.x[list(g1)]) / m1
+    v = (m[list(g2)] @ state.v[list(g2)]) / m2 - (m[list(g1)] @ state.v[list(g1)]) / m1
+    mu = m1 + m2
+    h = np.cross(x, v)
+    hn = float(np.linalg.norm(h))
+    if hn <= 1e-14 * float(np.linalg.norm(x)) * float(np.linalg.norm(v)):
+        return v / float(np.linalg.norm(v))  # head-on
+    e_vec = np.cross(v, h) / mu - x / float(np.linalg.norm(x))
+    ecc = float(np.linalg.norm(e_vec))
+    e_hat = e_vec / ecc
+    q_hat = np.cross(h / hn, e_hat)
+    # incoming asymptote: the position direction at f -> -f_inf (cos f_inf = -1/e), reversed
+    cos_f = -1.0 / ecc
+    sin_f = math.sqrt(max(0.0, 1.0 - cos_f * cos_f))
+    return -(cos_f * e_hat - sin_f * q_hat)
+
+
+def rotation_onto(a: np.ndarray, b: np.ndarray, angle: float) -> np.ndarray:
+    """Rotation taking unit vector ``a`` to unit vector ``b``, then by ``angle`` about ``b``."""
+    v = np.cross(a, b)
+    c = float(a @ b)
+    if c < -1.0 + 1e-12:  # opposite: half a turn about any axis perpendicular to a
+        axis = np.cross(a, [1.0, 0.0, 0.0])
+        if np.linalg.norm(axis) < 1e-6:
+            axis = np.cross(a, [0.0, 1.0, 0.0])
+        axis /= np.linalg.norm(axis)
+        align = 2.0 * np.outer(axis, axis) - np.eye(3)
+    else:
+        vx = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+        align = np.eye(3) + vx + vx @ vx / (1.0 + c)
+    k = np.array([[0.0, -b[2], b[1]], [b[2], 0.0, -b[0]], [-b[1], b[0], 0.0]])
+    spin = np.eye(3) + math.sin(angle) * k + (1.0 - math.cos(angle)) * (k @ k)
+    return spin @ align
+
+
+# ---------------------------------------------------------------------------- the events
+class _Block:
+    """Rows of one block while its events are applied: field values per row (dicts)."""
+
+    def __init__(self, fields: dict[str, np.ndarray], b: int, n: int, offset: int):
+        self.b = b
+        self.i0 = b * MIN_CHUNK
+        self.i1 = min(self.i0 + MIN_CHUNK, n)
+        self.rows: list[dict | None] = [
+            {k: v[i] for k, v in fields.items()} for i in range(self.i0, self.i1)]
+        self.gidx = [offset + i for i in range(self.i0, self.i1)]
+        self.extra: list[tuple[int, dict]] = []
+
+    def row(self, i: int) -> dict:
+        return self.rows[i - self.i0]
+
+    def take_energy(self, amount: float, skip: set[int]) -> tuple[float, float]:
+        """Take ``amount`` of kinetic energy from this block's rows not in ``skip`` (local
+        row numbers), at most TAKE_FRACTION of theirs, by one velocity factor.  Returns
+        (taken, left)."""
+        others = [r for k, r in enumerate(self.rows) if r is not None and k + self.i0 not in skip]
+        others += [r for _, r in self.extra]
+        ke = sum(0.5 * r["m"] * (r["vr"] ** 2 + r["vt"] ** 2) for r in others)
+        take = min(amount, TAKE_FRACTION * ke)
+        if take > 0.0:
+            f = math.sqrt(1.0 - take / ke)
+            for r in others:
+                r["vr"] *= f
+                r["vt"] *= f
+        return take, amount - take
+
+
+def _members(rec: dict) -> dict[int, dict]:
+    """Member stars of a row: id -> {m, m_msun, rad, startype}."""
+    if rec.get("binind", -1) >= 0:
+        return {int(rec["bin_id1"]): {"m": rec["bin_m1"], "m_msun": rec["bin_m1_msun"],
+                                      "rad": rec["bin_rad1"], "startype": rec["bin_startype1"]},
+                int(rec["bin_id2"]): {"m": rec["bin_m2"], "m_msun": rec["bin_m2_msun"],
+                                      "rad": rec["bin_rad2"], "startype": rec["bin_startype2"]}}
+    return {int(rec["id"]): {"m": rec["m"], "m_msun": rec["m_msun"], "rad": rec["rad"],
+                             "startype": rec["startype"]}}
+
+
+def _object(rec: dict) -> fewbody.StarObject:
+    if rec["binind"] >= 0:
+        return fewbody.binary((int(rec["bin_id1"]), int(rec["bin_id2"])),
+                              (float(rec["bin_m1"]), float(rec["bin_m2"])),
+                              float(rec["bin_a"]), float(rec["bin_e"]))
+    return fewbody.single(int(rec["id"]), float(rec["m"]))
+
+
+def _single_record(template: dict, sid: int, mem: dict, v: np.ndarray) -> dict:
+    rec = dict(template)
+    rec.update(id=sid, m=mem["m"], m_msun=mem["m_msun"], rad=mem["rad"],
+               startype=mem["startype"], binind=-1, vr=float(v[2]),
+               vt=math.hypot(float(v[0]), float(v[1])))
+    for k in rec:
+        if k.startswith("bin_"):
+            rec[k] = -1 if k.startswith("bin_id") else (1 if "startype" in k else 0.0)
+    return rec
+
+
+def _binary_record(template: dict, id1: int, id2: int, members: dict[int, dict], a: float,
+                   e: float, v: np.ndarray, old_ids: dict[tuple[int, int], int]) -> dict:
+    m1, m2 = members[id1], members[id2]
+    rec = dict(template)
+    key = (min(id1, id2), max(id1, id2))
+    rec.update(id=old_ids.get(key, NEW_BINARY_ID_BASE + key[0]), m=m1["m"] + m2["m"],
+               m_msun=m1["m_msun"] + m2["m_msun"], rad=0.0, startype=template["startype"],
+               binind=0, vr=float(v[2]), vt=math.hypot(float(v[0]), float(v[1])),
+               bin_id1=id1, bin_id2=id2, bin_m1=m1["m"], bin_m2=m2["m"], bin_a=float(a),
+               bin_e=float(e), bin_rad1=m1["rad"], bin_rad2=m2["rad"],
+               bin_startype1=m1["startype"], bin_startype2=m2["startype"],
+               bin_m1_msun=m1["m_msun"], bin_m2_msun=m2["m_msun"])
+    return rec
+
+
+def _kinetic(recs) -> float:
+    return sum(0.5 * r["m"] * (r["vr"] ** 2 + r["vt"] ** 2) for r in recs)
+
+
+def _encounter(blk: _Block, i: int, phi: float, w: float, states: np.ndarray,
+               phys: BinaryPhysics, counts: np.ndarray) -> None:
+    """Run the strong encounter of local rows (i, i + 1) and write back its products."""
+    j = i + 1
+    ri, rj = blk.row(i), blk.row(j)
+    obj1, obj2 = _object(ri), _object(rj)
+    both = obj1.is_binary and obj2.is_binary
+    counts[1 if both else 0] += 1
+    rp = phys.x_bb * (obj1.a + obj2.a) if both else phys.x_bs * max(obj1.a, obj2.a)
+    state = fewbody.sample_encounter(obj1, obj2, w, rp, states, blk.b, phys.settings.tidal_tol)
+    spin = 2.0 * math.pi * taus_uniform(states, blk.b)
+    out = fewbody.integrate(state, phys.settings)
+    if not out.valid:
+        counts[6] += 1
+        log.info("encounter of %s and %s discarded (%s)", obj1.ids, obj2.ids, out.reason)
+        return
+    v_i, v_j = pair_velocities(ri["vr"], ri["vt"], rj["vr"], rj["vt"], phi)
+    mi, mj = ri["m"], rj["m"]
+    v_cm = (mi * v_i + mj * v_j) / (mi + mj)
+    w_vec = v_j - v_i
+    rot = rotation_onto(incoming_direction(state), w_vec / float(np.linalg.norm(w_vec)), spin)
+    members = {**_members(ri), **_members(rj)}
+    old_ids = {}
+    for rec in (ri, rj):
+        if rec["binind"] >= 0:
+            a_, b_ = int(rec["bin_id1"]), int(rec["bin_id2"])
+            old_ids[(min(a_, b_), max(a_, b_))] = int(rec["id"])
+    k_before = _kinetic((ri, rj))
+    new_recs: list[dict] = []
+    e_outer = 0.0
+    for p in out.products:
+        v = v_cm + rot @ p.v_inf
+        parts = [p]
+        if p.n_bodies == 3:  # stable triple: inner binary and outer star go their own ways
+            e_outer += float(binding_energy(p.children[0].m, p.children[1].m, p.a))
+            parts = list(p.children)
+            counts[5] += 1
+        for q in parts:
+            if q.is_single:
+                if len(q.ids) != 1:
+                    raise RuntimeError("merger products need stellar radii (not yet in the "
+                                       "cluster)")
+                new_recs.append(_single_record(ri, q.ids[0], members[q.ids[0]], v))
+            else:
+                c1, c2 = q.children
+                new_recs.append(_binary_record(ri, c1.ids[0], c2.ids[0], members, q.a, q.e, v,
+                                               old_ids))
+    counts[2] += out.exchanges
+    counts[3] += max(0, out.n_binaries_in - out.n_binaries_out)  # binaries destroyed
+    counts[4] += out.mergers
+    counts[9] += _kinetic(new_recs) - k_before
+    blk.rows[i - blk.i0] = new_recs[0]
+    blk.rows[j - blk.i0] = new_recs[1] if len(new_recs) > 1 else None
+    for rec in new_recs[2:]:
+        blk.extra.append((blk.gidx[j - blk.i0], rec))
+    if e_outer < 0.0:
+        taken, left = blk.take_energy(-e_outer, {i, j})
+        counts[11] += taken
+        counts[12] += left
+
+
+def _three_body(blk: _Block, i: int, bstats: np.ndarray, states: np.ndarray,
+                phys: BinaryPhysics, counts: np.ndarray) -> None:
+    """Rows i, i+1 form a binary, row i+2 carries the recoil (Morscher et al. 2015)."""
+    recs = [blk.row(i + k) for k in range(3)]
+    m = np.array([r["m"] for r in recs])
+    a2 = 2.0 * math.pi * taus_uniform(states, blk.b)
+    a3 = 2.0 * math.pi * taus_uniform(states, blk.b)
+    v = np.array([[recs[0]["vt"], 0.0, recs[0]["vr"]],
+                  [recs[1]["vt"] * math.cos(a2), recs[1]["vt"] * math.sin(a2), recs[1]["vr"]],
+                  [recs[2]["vt"] * math.cos(a3), recs[2]["vt"] * math.sin(a3), recs[2]["vr"]]])
+    m12 = m[0] + m[1]
+    v12 = float(np.linalg.norm(v[0] - v[1]))
+    v3 = float(np.linalg.norm(v[2] - (m[0] * v[0] + m[1] * v[1]) / m12))
+    kk = 2.0 * (m.sum() / m12) * (v12 / v3) ** 2 if v3 > 0 else 0.0
+    eta = sample_three_body_hardness(kk, phys.eta_min, phys.eta_max, states, blk.b)
+    ecc = math.sqrt(taus_uniform(states, blk.b))
+    u1 = taus_uniform(states, blk.b)
+    u2 = taus_uniform(states, blk.b)
+    _, sigma2, m_mean = bstats
+    e_bind = -0.5 * eta * m_mean * sigma2
+    a = m[0] * m[1] / (-2.0 * e_bind)
+    out_v = np.empty((2, 3))
+    three_body_binary_kinematics(m, v, e_bind, u1, u2, out_v)
+    members = {**_members(recs[0]), **_members(recs[1])}
+    k_before = _kinetic(recs)
+    id1, id2 = int(recs[0]["id"]), int(recs[1]["id"])
+    binrec = _binary_record(recs[0], id1, id2, members, a, ecc, out_v[0], {})
+    single = dict(recs[2])
+    single["vr"] = float(out_v[1, 2])
+    single["vt"] = math.hypot(float(out_v[1, 0]), float(out_v[1, 1]))
+    blk.rows[i - blk.i0] = binrec
+    blk.rows[i + 1 - blk.i0] = None
+    blk.rows[i + 2 - blk.i0] = single
+    counts[7] += 1
+    counts[10] += _kinetic((binrec, single)) - k_before
+
+
+def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
+    """Split the binary of row i into its two members at its centre-of-mass velocity."""
+    rec = blk.row(i)
+    members = _members(rec)
+    v = np.array([rec["vt"], 0.0, rec["vr"]])
+    (id1, mem1), (id2, mem2) = members.items()
+    e_b = float(binding_energy(rec["bin_m1"], rec["bin_m2"], rec["bin_a"]))
+    blk.rows[i - blk.i0] = _single_record(rec, id1, mem1, v)
+    blk.extra.append((blk.gidx[i - blk.i0], _single_record(rec, id2, mem2, v)))
+    taken, left = blk.take_energy(-e_b, {i})
+    counts[8] += 1
+    counts[11] += taken
+    counts[12] += left
+
+
+def apply_events(fields: dict[str, np.ndarray], offset: int, states: np.ndarray,
+                 encounter: np.ndarray, enc_phi: np.ndarray, enc_w: np.ndarray,
+                 formed: np.ndarray, block_stats: np.ndarray, wide: np.ndarray,
+                 phys: BinaryPhysics) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
+                                               np.ndarray]:
+    """Apply this step's encounters, three-body formations and wide-binary breaks.
+
+    Parameters
+    ----------
+    fields : dict of ndarray
+        The local star table (with the binary columns); not modified.
+    offset : int
+        Global index of local row 0.
+    states : ndarray of uint32, shape (nblocks, 4)
+        Block sub-streams (advanced in place).
+    encounter, enc_phi, enc_w : ndarray
+        From :func:`physics.relaxation.relax_or_select_pairs`.
+    formed, block_stats : ndarray
+        From :func:`select_three_body`.
+    wide : ndarray of bool
+        From :func:`select_wide_binaries`.
+    phys : BinaryPhysics
+
+    Returns
+    -------
+    fields : dict of ndarray
+        The new table (the input arrays when nothing happened).
+    gidx, block_start : ndarray of int64
+        Slot of each row in the replicated arrays, first row of each block (for
+        :func:`physics.orbits.new_orbits_rows`).
+    counts : ndarray
+        This rank's counters, in the order of :data:`COUNT_NAMES`.
+    """
+    n = fields["m"].size
+    nb = states.shape[0]
+    counts = np.zeros(len(COUNT_NAMES))
+    pairs = np.flatnonzero(encounter)
+    trips = np.flatnonzero(formed)
+    wides = np.flatnonzero(wide)
+    if pairs.size + trips.size + wides.size == 0:
+        gidx = np.arange(offset, offset + n, dtype=np.int64)
+        block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
+        return fields, gidx, block_start, counts
+    blocks: dict[int, _Block] = {}
+
+    def block(b: int) -> _Block:
+        if b not in blocks:
+            blocks[b] = _Block(fields, b, n, offset)
+        return blocks[b]
+
+    events = ([(2 * int(k) // MIN_CHUNK, 0, 2 * int(k)) for k in pairs]
+              + [(int(t) // TRIPLETS_PER_BLOCK, 1,
+                  int(t) // TRIPLETS_PER_BLOCK * MIN_CHUNK + 3 * (int(t) % TRIPLETS_PER_BLOCK))
+                 for t in trips]
+              + [(int(i) // MIN_CHUNK, 2, int(i)) for i in wides])
+    for b, kind, i in sorted(events):
+        blk = block(b)
+        if kind == 0:
+            k = i // 2
+            _encounter(blk, i, float(enc_phi[k]), float(enc_w[k]), states, phys, counts)
+        elif kind == 1:
+            _three_body(blk, i, block_stats[b], states, phys, counts)
+        else:
+            _break_wide(blk, i, counts)
+    # assemble: untouched blocks as they are, touched blocks from their rows (+ extras)
+    keep = np.ones(n, dtype=bool)
+    extra_recs: list[dict] = []
+    extra_block: list[int] = []
+    extra_gidx: list[int] = []
+    for b, blk in blocks.items():
+        for k, rec in enumerate(blk.rows):
+            if rec is None:
+                keep[blk.i0 + k] = False
+        for g, rec in blk.extra:
+            extra_recs.append(rec)
+            extra_block.append(b)
+            extra_gidx.append(g)
+    out = {name: arr.copy() for name, arr in fields.items()}
+    for blk in blocks.values():
+        for k, rec in enumerate(blk.rows):
+            if rec is not None:
+                for name in out:
+                    out[name][blk.i0 + k] = rec[name]
+    row_block = np.arange(n, dtype=np.int64) // MIN_CHUNK
+    gidx = np.arange(offset, offset + n, dtype=np.int64)
+    if extra_recs or not keep.all():
+        ne = len(extra_recs)
+        for name in out:
+            ext = np.array([rec[name] for rec in extra_recs], dtype=out[name].dtype)
+            out[name] = np.concatenate([out[name][keep], ext])
+        blocks_all = np.concatenate([row_block[keep], np.asarray(extra_block, dtype=np.int64)])
+        gidx = np.concatenate([gidx[keep], np.asarray(extra_gidx, dtype=np.int64)])
+        seq = np.concatenate([np.arange(int(keep.sum())), np.arange(ne) + n])
+        order = np.lexsort((seq, blocks_all))
+        out = {name: arr[order] for name, arr in out.items()}
+        gidx = gidx[order]
+        blocks_all = blocks_all[order]
+        block_start = np.searchsorted(blocks_all, np.arange(nb + 1)).astype(np.int64)
+    else:
+        block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
+    return out, gidx, block_start, counts
+
+
+@njit(cache=True)
+def central_block_sums(m, vr, vt, is_binary, bin_a, n_blocks):
+    """Per 20-star block, for the first ``n_blocks`` local blocks: number of singles, number of
+    binaries, sum v^2, sum a, sum a^2, sum M_b, sum M_b a (binaries' mass M_b) -- the
+    ingredients of the binary time scales (paper eqs 9, 10)."""
+    n = m.shape[0]
+    out = np.zeros((n_blocks, 7))
+    for b in range(n_blocks):
+        for i in range(b * MIN_CHUNK, min(n, (b + 1) * MIN_CHUNK)):
+            out[b, 2] += vr[i] * vr[i] + vt[i] * vt[i]
+            if is_binary[i]:
+                out[b, 1] += 1.0
+                out[b, 3] += bin_a[i]
+                out[b, 4] += bin_a[i] * bin_a[i]
+                out[b, 5] += m[i]
+                out[b, 6] += m[i] * bin_a[i]
+            else:
+                out[b, 0] += 1.0
+    return out
