@@ -123,6 +123,11 @@ class BinariesConfig:
                          choices=("ar", "ias15"))
     energy_tol: float = _p(1e-3, "", "discard an encounter whose relative energy error "
                            "exceeds this", lo=0.0, lo_open=True)
+    max_steps: int = _p(200000, "", "discard an encounter unresolved after this many "
+                        "integrator steps (a deterministic stand-in for CMC's CPU-time limit; "
+                        "about 2 s)", lo=1000)
+    t_max_periods: float = _p(1e5, "periods", "discard an encounter unresolved after this "
+                              "time, in periods of its widest binary", lo=1.0)
 
 
 @dataclass

@@ -135,7 +135,8 @@ class Simulation:
             binary_single=b.binary_single, binary_binary=b.binary_binary, x_bs=b.x_bs,
             x_bb=b.x_bb, three_body=b.three_body, eta_min=b.eta_min, eta_max=b.eta_max,
             wide_factor=b.wide_factor,
-            settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol))
+            settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
+                                       max_steps=b.max_steps, t_max_periods=b.t_max_periods))
         self.sync_replicated()
 
     # ------------------------------------------------------------------ construction

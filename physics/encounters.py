@@ -66,6 +66,10 @@ NEW_BINARY_ID_BASE = 1 << 50
 DRAWS_THREE_BODY = 7
 #: BSE stellar type of a black hole (for ``three_body = bh``).
 BLACK_HOLE = 14
+#: Neighbours on each side for the local density of a triplet (CMC-COSMIC's 3bb uses 10, not
+#: the relaxation's 20: in a core of a few stars the wider window dilutes n, and the rate
+#: goes as n^2).
+THREE_BODY_NEIGHBOURS = 10
 
 #: Counters of :func:`apply_events`, in the order of the array it returns.
 COUNT_NAMES = (
@@ -116,7 +120,8 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
     three rows are ``eligible`` (single, not in an encounter this step, of the allowed type)
     draws one uniform ``u`` and forms a binary when ``u < Gamma dt_nb``
     (:func:`physics.binaries.three_body_rate` with the local density at its middle star and
-    the block's mean relative speed).
+    the block's mean relative speed, CMC-COSMIC's ``4 sigma / sqrt(3 pi)`` with ``sigma`` the
+    mass-weighted 3-D dispersion).
 
     Parameters
     ----------
@@ -128,8 +133,8 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
     formed : ndarray of bool, shape (nblocks * TRIPLETS_PER_BLOCK,)
         Out.
     block_stats : ndarray, shape (nblocks, 3)
-        Out per block: mean relative speed ``4 sqrt(<v^2> / (3 pi))``, ``sigma^2 = <v^2> / 3``
-        and mean mass (what the formation uses).
+        Out per block: mean relative speed ``4 sigma / sqrt(3 pi)``, ``sigma^2 = <m v^2> / <m>``
+        (3-D) and mean mass (what the formation uses).
     tb_stats : ndarray, shape (nblocks, 2)
         Out per block: eligible triplets, sum of their probabilities.
     """
@@ -138,16 +143,16 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
     for b in prange(nb):
         i0 = b * MIN_CHUNK
         i1 = min(i0 + MIN_CHUNK, n)
-        v2 = 0.0
+        mv2 = 0.0
         msum = 0.0
         for i in range(i0, i1):
-            v2 += vr[i] * vr[i] + vt[i] * vt[i]
+            mv2 += m[i] * (vr[i] * vr[i] + vt[i] * vt[i])
             msum += m[i]
         cnt = i1 - i0
-        v2 /= max(cnt, 1)
-        vrel = 4.0 * np.sqrt(v2 / (3.0 * np.pi))
+        sigma2 = mv2 / msum if msum > 0.0 else 0.0
+        vrel = 4.0 * np.sqrt(sigma2 / (3.0 * np.pi))
         block_stats[b, 0] = vrel
-        block_stats[b, 1] = v2 / 3.0
+        block_stats[b, 1] = sigma2
         block_stats[b, 2] = msum / max(cnt, 1)
         n_el = 0.0
         p_sum = 0.0
@@ -159,7 +164,7 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
                 continue
             if vrel <= 0.0:
                 continue
-            dens = local_number_density(r_all, offset + i + 1, n0) * n0
+            dens = local_number_density(r_all, offset + i + 1, n0, THREE_BODY_NEIGHBOURS) * n0
             p = three_body_rate(dens, vrel, m[i], m[i + 1], m[i + 2], eta_min) * dt_nb
             n_el += 1.0
             p_sum += p
@@ -248,12 +253,13 @@ class _Block:
     def row(self, i: int) -> dict:
         return self.rows[i - self.i0]
 
-    def take_energy(self, amount: float, skip: set[int]) -> tuple[float, float]:
-        """Take ``amount`` of kinetic energy from this block's rows not in ``skip`` (local
-        row numbers), at most TAKE_FRACTION of theirs, by one velocity factor.  Returns
-        (taken, left)."""
-        others = [r for k, r in enumerate(self.rows) if r is not None and k + self.i0 not in skip]
-        others += [r for _, r in self.extra]
+    def take_energy(self, amount: float, skip: list[dict]) -> tuple[float, float]:
+        """Take ``amount`` of kinetic energy from this block's rows other than the records in
+        ``skip`` (the event's products), at most TAKE_FRACTION of theirs, by one velocity
+        factor.  Returns (taken, left)."""
+        mine = {id(r) for r in skip}
+        others = [r for r in self.rows + [r for _, r in self.extra]
+                  if r is not None and id(r) not in mine]
         ke = sum(0.5 * r["m"] * (r["vr"] ** 2 + r["vt"] ** 2) for r in others)
         take = min(amount, TAKE_FRACTION * ke)
         if take > 0.0:
@@ -369,15 +375,17 @@ def _encounter(blk: _Block, i: int, phi: float, w: float, states: np.ndarray,
     for rec in new_recs[2:]:
         blk.extra.append((blk.gidx[j - blk.i0], rec))
     if e_outer < 0.0:
-        taken, left = blk.take_energy(-e_outer, {i, j})
+        taken, left = blk.take_energy(-e_outer, new_recs)
         counts[11] += taken
         counts[12] += left
 
 
 def _three_body(blk: _Block, i: int, bstats: np.ndarray, states: np.ndarray,
                 phys: BinaryPhysics, counts: np.ndarray) -> None:
-    """Rows i, i+1 form a binary, row i+2 carries the recoil (Morscher et al. 2015)."""
-    recs = [blk.row(i + k) for k in range(3)]
+    """The two most massive stars of rows i..i+2 form a binary (at row i's slot), the third
+    carries the recoil (at row i+2's); Morscher et al. (2015) as CMC-COSMIC does it: hardness
+    ``eta`` gives ``E_b = -eta <m> sigma^2 / 2`` (``sigma`` the 3-D dispersion)."""
+    recs = sorted((blk.row(i + k) for k in range(3)), key=lambda r: -r["m"])
     m = np.array([r["m"] for r in recs])
     a2 = 2.0 * math.pi * taus_uniform(states, blk.b)
     a3 = 2.0 * math.pi * taus_uniform(states, blk.b)
@@ -418,9 +426,10 @@ def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
     v = np.array([rec["vt"], 0.0, rec["vr"]])
     (id1, mem1), (id2, mem2) = members.items()
     e_b = float(binding_energy(rec["bin_m1"], rec["bin_m2"], rec["bin_a"]))
-    blk.rows[i - blk.i0] = _single_record(rec, id1, mem1, v)
-    blk.extra.append((blk.gidx[i - blk.i0], _single_record(rec, id2, mem2, v)))
-    taken, left = blk.take_energy(-e_b, {i})
+    parts = [_single_record(rec, id1, mem1, v), _single_record(rec, id2, mem2, v)]
+    blk.rows[i - blk.i0] = parts[0]
+    blk.extra.append((blk.gidx[i - blk.i0], parts[1]))
+    taken, left = blk.take_energy(-e_b, parts)
     counts[8] += 1
     counts[11] += taken
     counts[12] += left

@@ -26,13 +26,12 @@ BIN = MIN_CHUNK
 
 
 @njit(cache=True)
-def local_number_density(r_all, g, n0):
+def local_number_density(r_all, g, n0, p=DENSITY_NEIGHBOURS):
     """``n'`` around global index ``g`` from ``2p`` radial neighbours (p = 20), per N0.
 
     The window keeps its width at the centre and the edge (it is shifted, as in the C code).
     """
     n = r_all.shape[0]
-    p = DENSITY_NEIGHBOURS
     lo = g - p
     hi = g + p
     if lo < 0:

@@ -1,0 +1,350 @@
+"""Binaries in the cluster: encounter selection, write-back, three-body binaries, wide binaries.
+
+Each test asserts a physical or statistical property with a stated tolerance: selection
+frequencies against P (binomial), exact energy budgets of the write-back, momentum and mass
+conservation, the geometry of the frame rotation, and the binary time scales against the
+paper's equations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cmc.fields import BINARY_FIELDS, STAR_FIELDS
+from parallel.streams import Streams
+from physics import encounters as enc
+from physics import fewbody
+from physics.binaries import binding_energy
+from physics.relaxation import local_number_density, relax_or_select_pairs, relax_pairs
+
+
+def _table(n: int, rng: np.random.Generator, binaries: dict[int, tuple] | None = None) -> dict:
+    """``n`` equal-mass stars (total mass 1) in a unit sphere; ``binaries`` maps a row to
+    (a, e, q)."""
+    out = {f.name: np.full(n, f.default, dtype=f.dtype) for f in STAR_FIELDS + BINARY_FIELDS}
+    out["id"] = np.arange(n, dtype=np.int64)
+    out["m"] = np.full(n, 1.0 / n)
+    out["m_msun"] = np.full(n, 0.5)
+    out["r"] = np.sort(rng.random(n)) ** (1 / 3)
+    out["vr"] = rng.normal(0, 0.4, n)
+    out["vt"] = np.abs(rng.normal(0, 0.5, n))
+    for k, (row, (a, e, q)) in enumerate((binaries or {}).items()):
+        m = out["m"][row]
+        out["binind"][row] = k
+        out["bin_id1"][row] = 10 * n + 2 * k
+        out["bin_id2"][row] = 10 * n + 2 * k + 1
+        out["bin_m1"][row] = m / (1 + q)
+        out["bin_m2"][row] = m - m / (1 + q)
+        out["bin_a"][row] = a
+        out["bin_e"][row] = e
+        out["bin_m1_msun"][row] = 0.5 / (1 + q)
+        out["bin_m2_msun"][row] = 0.5 - 0.5 / (1 + q)
+    return out
+
+
+def _states(nb: int, seed: int = 3) -> np.ndarray:
+    return np.ascontiguousarray(Streams.create(seed, 1, nb).states[0])
+
+
+def _kinetic(t: dict) -> float:
+    return 0.5 * float(np.sum(t["m"] * (t["vr"] ** 2 + t["vt"] ** 2)))
+
+
+def _binding(t: dict) -> float:
+    b = t["binind"] >= 0
+    return float(np.sum(binding_energy(t["bin_m1"][b], t["bin_m2"][b], t["bin_a"][b])))
+
+
+def _star_ids(t: dict) -> np.ndarray:
+    b = t["binind"] >= 0
+    return np.sort(np.concatenate([t["id"][~b], t["bin_id1"][b], t["bin_id2"][b]]))
+
+
+def _select(t, states, dt_nb, x=2.0):
+    n = t["m"].size
+    nb = states.shape[0]
+    encounter = np.zeros(n // 2 + 1, dtype=bool)
+    phi = np.zeros(n // 2 + 1)
+    w = np.zeros(n // 2 + 1)
+    p_stats = np.zeros((nb, 3))
+    relax_or_select_pairs(t["r"], 0, t["m"], t["vr"], t["vt"], t["bin_a"], t["binind"] >= 0,
+                          states, 1e-3, float(n), 1.0, dt_nb, x, x, True, True,
+                          np.zeros((nb, 2)), encounter, phi, w, p_stats)
+    return encounter, phi, w, p_stats
+
+
+def test_selection_without_binaries_is_plain_relaxation():
+    """Pairs of singles draw and deflect exactly as in relax_pairs (bit for bit)."""
+    rng = np.random.default_rng(1)
+    t = _table(400, rng)
+    ref = {k: v.copy() for k, v in t.items()}
+    s1, s2 = _states(20), _states(20)
+    relax_pairs(ref["r"], 0, ref["m"], ref["vr"], ref["vt"], s1, 1e-3, 400.0, 1.0,
+                np.zeros((20, 2)))
+    encounter, *_ = _select(t, s2, 1.0)
+    assert not encounter.any()
+    np.testing.assert_array_equal(t["vr"], ref["vr"])
+    np.testing.assert_array_equal(t["vt"], ref["vt"])
+    np.testing.assert_array_equal(s1, s2)
+
+
+def test_selection_frequency_matches_probability():
+    """A binary in every pair: the number of encounters equals the sum of P = n W S dt
+    (binomial, 5 sigma over 5 seeds); selected pairs keep their velocities.  With vt = 0 the
+    relative speed W = |vr_i - vr_j| does not depend on the drawn angle, so P is known."""
+    n = 4000
+    rp = 2.0 * 2e-3
+    dt_nb = 0.3
+    t = _table(n, np.random.default_rng(3), {i: (2e-3, 0.5, 1.0) for i in range(0, n, 2)})
+    t["vt"][:] = 0.0
+    k = np.arange(n // 2)
+    i, j = 2 * k, 2 * k + 1
+    w = np.abs(t["vr"][i] - t["vr"][j])
+    dens = np.array([local_number_density(t["r"], jj, float(n)) * n for jj in j])
+    s = math.pi * rp ** 2 * (1 + 2 * (t["m"][i] + t["m"][j]) / (rp * w ** 2))
+    p_raw = dens * w * s * dt_nb
+    p = np.minimum(p_raw, 1.0)
+    assert 20 < p.sum() < 500
+    counts = []
+    for seed in range(5):
+        tt = {key: v.copy() for key, v in t.items()}
+        encounter, phi, w_sel, p_stats = _select(tt, _states(n // 20, seed + 10), dt_nb)
+        sel = encounter[: n // 2]
+        counts.append(int(sel.sum()))
+        np.testing.assert_allclose(w_sel[: n // 2][sel], w[sel], rtol=1e-12)
+        np.testing.assert_array_equal(tt["vr"][i[sel]], t["vr"][i[sel]])
+        assert p_stats[:, 0].sum() == n // 2
+        assert p_stats[:, 2].max() == pytest.approx(p_raw.max(), rel=1e-12)
+        assert p_stats[:, 1].sum() == np.count_nonzero(p_raw >= 1.0)
+    var = float(np.sum(p * (1 - p)))
+    assert abs(np.mean(counts) - p.sum()) < 5 * math.sqrt(var / 5), (counts, p.sum())
+
+
+def test_incoming_direction_is_the_asymptote():
+    """Integrating the two-body relative orbit back from the start gives the direction that
+    incoming_direction returns (1e-6 rad)."""
+    b1 = fewbody.binary((0, 1), (0.5, 0.5), 1.0, 0.3)
+    s1 = fewbody.single(2, 0.7)
+    state = fewbody.initial_state(b1, s1, 0.4, 3.0, [0.2, 0.3, 0.4, 0.5] * 2)
+    u = enc.incoming_direction(state)
+    g1, g2 = state.groups
+    m = state.m
+    m1, m2 = m[list(g1)].sum(), m[list(g2)].sum()
+    x = (m[list(g2)] @ state.x[list(g2)]) / m2 - (m[list(g1)] @ state.x[list(g1)]) / m1
+    v = (m[list(g2)] @ state.v[list(g2)]) / m2 - (m[list(g1)] @ state.v[list(g1)]) / m1
+    mu = m1 + m2
+    # backwards with RK4 in log-spaced steps until the speed is v_inf to 1e-9
+    h = -1e-2
+    for _ in range(200000):
+        r3 = np.linalg.norm(x) ** 3
+
+        def f(xx, vv):
+            return vv, -mu * xx / np.linalg.norm(xx) ** 3
+
+        k1 = f(x, v)
+        k2 = f(x + 0.5 * h * k1[0], v + 0.5 * h * k1[1])
+        k3 = f(x + 0.5 * h * k2[0], v + 0.5 * h * k2[1])
+        k4 = f(x + h * k3[0], v + h * k3[1])
+        x = x + h / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+        v = v + h / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+        h = -0.01 * math.sqrt(r3 / mu)
+        if np.linalg.norm(x) > 1e9:
+            break
+    # far out the velocity still turns by ~ mu / (r v^2): compare with that tolerance
+    tol = 10 * mu / (np.linalg.norm(x) * 0.4 ** 2)
+    assert np.linalg.norm(v / np.linalg.norm(v) - u) < max(tol, 1e-6)
+
+
+def test_rotation_onto():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        a = rng.normal(size=3)
+        b = rng.normal(size=3)
+        a /= np.linalg.norm(a)
+        b /= np.linalg.norm(b)
+        rot = enc.rotation_onto(a, b, rng.random() * 6)
+        np.testing.assert_allclose(rot @ a, b, atol=1e-12)
+        np.testing.assert_allclose(rot @ rot.T, np.eye(3), atol=1e-12)
+        assert np.linalg.det(rot) == pytest.approx(1.0, abs=1e-12)
+    rot = enc.rotation_onto(np.array([0, 0, 1.0]), np.array([0, 0, -1.0]), 0.3)
+    np.testing.assert_allclose(rot @ [0, 0, 1.0], [0, 0, -1.0], atol=1e-12)
+
+
+def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None):
+    n = t["m"].size
+    nb = states.shape[0]
+    encounter = np.zeros(n // 2 + 1, dtype=bool)
+    phi = np.zeros(n // 2 + 1)
+    w = np.zeros(n // 2 + 1)
+    for i in pairs:
+        k = i // 2
+        encounter[k] = True
+        phi[k] = 1.1
+        vi, vj = enc.pair_velocities(t["vr"][i], t["vt"][i], t["vr"][i + 1], t["vt"][i + 1], 1.1)
+        w[k] = np.linalg.norm(vj - vi)
+    formed = np.zeros(nb * enc.TRIPLETS_PER_BLOCK, dtype=bool)
+    for tt in trips:
+        formed[tt] = True
+    wmask = np.zeros(n, dtype=bool)
+    wmask[list(wide)] = True
+    bstats = np.tile([1.0, 0.1, 1.0 / n], (nb, 1)) if bstats is None else bstats
+    return enc.apply_events(t, 0, states, encounter, phi, w, formed, bstats, wmask,
+                            enc.BinaryPhysics())
+
+
+@pytest.mark.parametrize("case", ["bs", "bb"])
+def test_encounter_write_back_conserves_energy_mass_and_stars(case):
+    """K + E_binding changes by the integrator's error only (1e-6 of the binding energy);
+    masses and star ids are conserved; products sit in the pair's slots of their block."""
+    rng = np.random.default_rng(5)
+    n = 60
+    bins = {21: (2e-4, 0.3, 0.8)}
+    if case == "bb":
+        bins[20] = (3e-4, 0.1, 1.0)
+    t = _table(n, rng, bins)
+    t["vr"][20:22] = [0.01, -0.01]  # slow: a resonant, energy-exchanging encounter
+    t["vt"][20:22] = [0.02, 0.01]
+    e0 = _kinetic(t) + _binding(t)
+    ids0 = _star_ids(t)
+    out, gidx, block_start, counts = _apply(t, _states(3), pairs=[20])
+    assert counts[1 if case == "bb" else 0] == 1
+    assert counts[6] == 0  # not discarded
+    e1 = _kinetic(out) + _binding(out)
+    assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
+    assert counts[9] == pytest.approx(_kinetic(out) - _kinetic(t), rel=1e-12, abs=1e-18)
+    np.testing.assert_array_equal(_star_ids(out), ids0)
+    assert out["m"].sum() == pytest.approx(1.0, rel=1e-14)
+    b = out["binind"] >= 0
+    np.testing.assert_allclose(out["bin_m1"][b] + out["bin_m2"][b], out["m"][b], rtol=1e-15)
+    # the products are in block 1 at the slots of rows 20 and 21 (extras at the block's end)
+    nprod = block_start[2] - block_start[1] - 18
+    assert block_start[1] == 20 and block_start[3] == out["m"].size
+    assert np.count_nonzero(np.isin(gidx[20:block_start[2]], [20, 21])) == nprod
+    others = gidx[~np.isin(gidx, [20, 21])]
+    np.testing.assert_array_equal(others, np.setdiff1d(np.arange(n), [20, 21]))
+    assert np.unique(out["id"]).size == out["id"].size
+
+
+def test_three_body_formation_energy_and_hardness():
+    """The new binary has the drawn hardness: a = m1 m2 / (eta <m> sigma^2) with eta in
+    [5, 50]; the triplet's kinetic energy rises by exactly -E_b; ids and mass conserved."""
+    rng = np.random.default_rng(6)
+    n = 40
+    t = _table(n, rng)
+    sigma2, m_mean = 0.08, 1.0 / n
+    bstats = np.tile([1.0, sigma2, m_mean], (2, 1))
+    out, gidx, block_start, counts = _apply(t, _states(2), trips=[enc.TRIPLETS_PER_BLOCK + 2],
+                                            bstats=bstats)
+    assert counts[7] == 1
+    b = np.flatnonzero(out["binind"] >= 0)
+    assert b.size == 1
+    row = b[0]
+    a = out["bin_a"][row]
+    eta = out["bin_m1"][row] * out["bin_m2"][row] / (a * m_mean * sigma2)
+    assert 5.0 <= eta <= 50.0
+    e_b = float(binding_energy(out["bin_m1"][row], out["bin_m2"][row], a))
+    assert _kinetic(out) - _kinetic(t) == pytest.approx(-e_b, rel=1e-10)
+    assert counts[10] == pytest.approx(-e_b, rel=1e-10)
+    assert out["m"].size == n - 1 and block_start[2] == n - 1
+    np.testing.assert_array_equal(_star_ids(out), np.arange(n))
+    assert out["id"][row] == enc.NEW_BINARY_ID_BASE + 26  # rows 26, 27 of block 1 paired
+    assert gidx[row] == 26
+
+
+def test_wide_binary_breaks_with_energy_from_its_block():
+    rng = np.random.default_rng(7)
+    n = 40
+    t = _table(n, rng, {5: (0.05, 0.2, 0.5)})
+    e0 = _kinetic(t) + _binding(t)
+    out, gidx, block_start, counts = _apply(t, _states(2), wide=[5])
+    assert counts[8] == 1 and counts[12] == 0.0
+    assert not (out["binind"] >= 0).any()
+    assert out["m"].size == n + 1 and block_start[1] == 21
+    assert _kinetic(out) + _binding(out) == pytest.approx(e0, rel=1e-13)
+    assert counts[11] == pytest.approx(-float(binding_energy(
+        t["bin_m1"][5], t["bin_m2"][5], t["bin_a"][5])), rel=1e-13)
+    np.testing.assert_array_equal(_star_ids(out), _star_ids(t))
+    # both members move with the binary's centre of mass, from its slot
+    members = np.flatnonzero(np.isin(out["id"], [t["bin_id1"][5], t["bin_id2"][5]]))
+    assert set(gidx[members]) == {5}
+    np.testing.assert_array_equal(out["vr"][members], t["vr"][5])
+
+
+def test_select_wide_binaries_rule():
+    rng = np.random.default_rng(8)
+    n = 200
+    t = _table(n, rng, {10: (1e-4, 0.0, 1.0), 11: (0.5, 0.0, 1.0), 12: (0.5, 0.0, 1.0)})
+    busy = np.zeros(n, dtype=bool)
+    busy[12] = True
+    out = np.zeros(n, dtype=bool)
+    enc.select_wide_binaries(t["r"], 0, t["binind"] >= 0, t["bin_a"], t["bin_e"], busy,
+                             float(n), 0.1, out)
+    dens = local_number_density(t["r"], 11, float(n)) * n
+    assert 0.5 > 0.1 * dens ** (-1 / 3)  # the wide one is wide by the rule
+    assert list(np.flatnonzero(out)) == [11]
+
+
+def test_three_body_selection_frequency():
+    """Triplet selection happens with probability Gamma dt (binomial, 5 sigma)."""
+    from physics.binaries import three_body_rate
+
+    rng = np.random.default_rng(9)
+    n = 6000
+    t = _table(n, rng)
+    nb = n // 20
+    eligible = np.ones(n, dtype=bool)
+    bstats = np.zeros((nb, 3))
+    tb_stats = np.zeros((nb, 2))
+    formed = np.zeros(nb * enc.TRIPLETS_PER_BLOCK, dtype=bool)
+    # dt chosen for a mean P of ~0.05
+    enc.select_three_body(t["r"], 0, t["m"], t["vr"], t["vt"], eligible, _states(nb), float(n),
+                          1.0, 5.0, formed, bstats, tb_stats)
+    dt_nb = 0.05 * tb_stats[:, 0].sum() / tb_stats[:, 1].sum()
+    p_sum = 0.0
+    for b in range(nb):
+        vrel = bstats[b, 0]
+        for tt in range(enc.TRIPLETS_PER_BLOCK):
+            i = 20 * b + 3 * tt
+            d = local_number_density(t["r"], i + 1, float(n), 10) * n
+            p_sum += min(1.0, three_body_rate(d, vrel, t["m"][i], t["m"][i + 1], t["m"][i + 2],
+                                              5.0) * dt_nb)
+    counts = []
+    for seed in range(4):
+        enc.select_three_body(t["r"], 0, t["m"], t["vr"], t["vt"], eligible,
+                              _states(nb, 20 + seed), float(n), dt_nb, 5.0, formed, bstats,
+                              tb_stats)
+        counts.append(int(formed.sum()))
+    assert abs(np.mean(counts) - p_sum) < 5 * math.sqrt(p_sum / 4), (counts, p_sum)
+    # CMC-COSMIC's sigma: the mass-weighted 3-D dispersion of the block
+    assert bstats[0, 1] == pytest.approx(np.mean(t["vr"][:20] ** 2 + t["vt"][:20] ** 2))
+    assert bstats[0, 0] == pytest.approx(4 * math.sqrt(bstats[0, 1] / (3 * math.pi)))
+
+
+def test_binary_timescales_of_the_central_stars():
+    """Simulation._binary_timescales equals eqs 9 and 10 evaluated directly on the central 300
+    stars."""
+    from cmc.config import load_config
+    from cmc.simulation import Simulation
+    from parallel.comm import SerialComm
+    from physics.binaries import binary_binary_timescale, binary_single_timescale
+
+    cfg = load_config(None, ["initial.n=2000", "initial.binary_fraction=0.2", "run.max_steps=1"])
+    sim = Simulation.create(cfg, SerialComm())
+    t_bs, t_bb = sim._binary_timescales()
+    s = sim.stars
+    c = slice(0, 300)
+    b = s.binind[c] >= 0
+    vol = 4 / 3 * math.pi * s.r[299] ** 3
+    sigma = math.sqrt(np.mean(s.vr[c] ** 2 + s.vt[c] ** 2) / 3)
+    a = s.bin_a[c][b]
+    mb = s.m[c][b]
+    ref_bs = binary_single_timescale((~b).sum() / vol, sigma, a.mean(), (a ** 2).mean(),
+                                     mb.mean(), 2.0)
+    ref_bb = binary_binary_timescale(b.sum() / vol, sigma, (a ** 2).mean(), (mb * a).mean(),
+                                     2.0)
+    assert t_bs == pytest.approx(ref_bs, rel=1e-12)
+    assert t_bb == pytest.approx(ref_bb, rel=1e-12)
+    assert math.isfinite(t_bs) and t_bs < t_bb
