@@ -65,7 +65,7 @@ DIAG_UNITS = {
     "E_escaped": "E_NB", "E_tot": "E_NB", "M_escaped": "M0", "r_h": "r_vir",
     "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir",
     "E_binding": "E_NB", "E_binding_escaped": "E_NB", "E_encounters": "E_NB",
-    "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB",
+    "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB", "E_slots": "E_NB",
     "T_bs": "t_NB", "T_bb": "t_NB",
 }
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
@@ -95,6 +95,7 @@ class RunState:
     e_three_body: float = 0.0
     e_taken: float = 0.0
     e_oops: float = 0.0
+    e_slots: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""
@@ -271,11 +272,13 @@ class Simulation:
         if cfg.relaxation and stars.has_binary_fields:
             sel = self._relax_and_select(states, dt, coulomb_ratio, beta_stats, p_stats)
             t3 = time.perf_counter()
-            fields, gidx, block_start, counts = enc.apply_events(
-                stars.as_dict(), self.offset, states, *sel, self.phys)
+            fields, gidx, block_start, counts, slots, slot_mass = enc.apply_events(
+                stars.as_dict(), self.offset, self.r_all, self.phi_all, states, *sel,
+                self.phys)
             if fields is not stars.as_dict():
                 self.stars = stars = StarTable(fields)
                 n = stars.n
+            self._update_slot_masses(slots, slot_mass)
         elif cfg.relaxation:
             relax_pairs(self.r_all, self.offset, stars.m, stars.vr, stars.vt, states, dt,
                         float(st.n0), coulomb_ratio, beta_stats)
@@ -346,6 +349,7 @@ class Simulation:
         st.e_three_body += ev["e_three_body"]
         st.e_taken += ev["e_taken"]
         st.e_oops += ev["e_oops"]
+        st.e_slots += ev["e_slots"]
         n_p1 = red[-1]
         self._n_p1 += int(n_p1)
         if self._n_p1 and (not self._p1_warned
@@ -386,12 +390,18 @@ class Simulation:
         n0 = float(st.n0)
         dt_nb = dt * st.n0 / st.lnl0
         is_bin = stars.binind >= 0
+        # wide binaries first: they are broken this step and meet no one (a wide binary's
+        # cross section would make it meet someone in every step, so it would never break)
+        wide = np.zeros(n, dtype=np.bool_)
+        if phys.wide_factor > 0.0:
+            enc.select_wide_binaries(self.r_all, self.offset, is_bin, stars.bin_a, stars.bin_e,
+                                     np.zeros(n, dtype=np.bool_), n0, phys.wide_factor, wide)
         npairs = n // 2 + 1
         encounter = np.zeros(npairs, dtype=np.bool_)
         enc_phi = np.zeros(npairs)
         enc_w = np.zeros(npairs)
         relax_or_select_pairs(self.r_all, self.offset, stars.m, stars.vr, stars.vt, stars.bin_a,
-                              is_bin, states, dt, n0, coulomb_ratio, dt_nb, phys.x_bs,
+                              is_bin & ~wide, states, dt, n0, coulomb_ratio, dt_nb, phys.x_bs,
                               phys.x_bb, phys.binary_single, phys.binary_binary, beta_stats,
                               encounter, enc_phi, enc_w, p_stats)
         busy = np.zeros(n, dtype=np.bool_)
@@ -408,11 +418,18 @@ class Simulation:
                 enc.select_three_body(self.r_all, self.offset, stars.m, stars.vr, stars.vt,
                                       eligible, states, n0, dt_nb, phys.eta_min, formed,
                                       block_stats, np.zeros((nb, 2)))
-        wide = np.zeros(n, dtype=np.bool_)
-        if phys.wide_factor > 0.0:
-            enc.select_wide_binaries(self.r_all, self.offset, is_bin, stars.bin_a, stars.bin_e,
-                                     busy, n0, phys.wide_factor, wide)
         return encounter, enc_phi, enc_w, formed, block_stats, wide
+
+    def _update_slot_masses(self, slots: np.ndarray, slot_mass: np.ndarray) -> None:
+        """Put the masses of this step's event products into the replicated arrays (every
+        rank's changes, one Allgatherv) and recompute the potential the orbits are drawn in."""
+        mine = np.concatenate([slots.astype(np.float64), slot_mass]).reshape(2, -1).T
+        allc = allgatherv_array(self.comm, np.ascontiguousarray(mine))
+        if allc.shape[0] == 0:
+            return
+        self.m_all = self.m_all.copy()
+        self.m_all[allc[:, 0].astype(np.int64)] = allc[:, 1]
+        self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
 
     def _binary_timescales(self) -> tuple[float, float]:
         """T_bs and T_bb (paper eqs 10 and 9, N-body time) of the central 300 stars.
@@ -539,6 +556,7 @@ class Simulation:
             "binary_fraction": n_bin / max(self.n_total, 1),
             "binary_fraction_core": f_bin_core, "E_encounters": st.e_encounters,
             "E_three_body": st.e_three_body, "E_taken": st.e_taken, "E_oops": st.e_oops,
+            "E_slots": st.e_slots,
         }
         base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
                 "beta_capped": 0.0, "n_escaped_step": 0.0, "T_bs": math.inf, "T_bb": math.inf,

@@ -31,6 +31,7 @@ __all__ = [
     "strong_encounter_cross_section",
     "strong_encounter_probability",
     "three_body_binary_kinematics",
+    "three_body_hardness",
     "three_body_rate",
 ]
 
@@ -163,11 +164,18 @@ def sample_three_body_hardness(k, eta_min, eta_max, states, row):
     Each term is a power law: pick a term by its weight, then invert its CDF; two uniforms per
     draw, always.
     """
+    u = taus_uniform(states, row)
+    v = taus_uniform(states, row)
+    return three_body_hardness(k, eta_min, eta_max, u, v)
+
+
+@njit(cache=True)
+def three_body_hardness(k, eta_min, eta_max, u, v):
+    """:func:`sample_three_body_hardness` from two given uniforms ``u`` (term) and ``v``."""
     w1 = 5.5 * _pl_integral(-6.5, eta_min, eta_max)
     w2 = (4.5 * k + 9.0) * _pl_integral(-5.5, eta_min, eta_max)
     w3 = 7.0 * k * _pl_integral(-4.5, eta_min, eta_max)
-    u = taus_uniform(states, row) * (w1 + w2 + w3)
-    v = taus_uniform(states, row)
+    u = u * (w1 + w2 + w3)
     p = -6.5 if u < w1 else (-5.5 if u < w1 + w2 else -4.5)
     # inverse CDF of eta^p on [eta_min, eta_max]
     q = p + 1.0

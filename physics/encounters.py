@@ -48,8 +48,8 @@ from parallel.rng import taus_uniform
 from physics import fewbody
 from physics.binaries import (
     binding_energy,
-    sample_three_body_hardness,
     three_body_binary_kinematics,
+    three_body_hardness,
     three_body_rate,
 )
 from physics.energy import TAKE_FRACTION
@@ -75,7 +75,7 @@ THREE_BODY_NEIGHBOURS = 10
 COUNT_NAMES = (
     "n_binary_single", "n_binary_binary", "n_exchanges", "n_ionisations", "n_mergers",
     "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
-    "e_encounters", "e_three_body", "e_taken", "e_oops",
+    "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
 )
 
 
@@ -241,7 +241,10 @@ def rotation_onto(a: np.ndarray, b: np.ndarray, angle: float) -> np.ndarray:
 class _Block:
     """Rows of one block while its events are applied: field values per row (dicts)."""
 
-    def __init__(self, fields: dict[str, np.ndarray], b: int, n: int, offset: int):
+    def __init__(self, fields: dict[str, np.ndarray], b: int, n: int, offset: int,
+                 r_all: np.ndarray, phi_all: np.ndarray):
+        self.r_all = r_all
+        self.phi_all = phi_all
         self.b = b
         self.i0 = b * MIN_CHUNK
         self.i1 = min(self.i0 + MIN_CHUNK, n)
@@ -252,6 +255,36 @@ class _Block:
 
     def row(self, i: int) -> dict:
         return self.rows[i - self.i0]
+
+    def place(self, inputs: list[int], products: list[tuple[int, dict]], counts: np.ndarray
+              ) -> None:
+        """Replace the rows ``inputs`` by ``products`` (each with the row whose slot it takes;
+        a slot taken twice gets an extra row at the block's end), keeping K + W exact.
+
+        Moving mass between the slots changes the shells' energy ``W`` by ``dW``; the products'
+        speeds are scaled by one factor so that their kinetic energy changes by ``-dW``
+        (``e_slots``), or, if they have too little, stopped and the rest booked as ``e_oops``.
+        """
+        g_of = {i: self.gidx[i - self.i0] for i in inputs}
+        old = [(g_of[i], float(self.row(i)["m"])) for i in inputs]
+        new = [(g_of[i], float(rec["m"])) for i, rec in products]
+        dw = _shell_energy_change(self.r_all, self.phi_all, old, new)
+        k = _kinetic([rec for _, rec in products])
+        if dw != 0.0:
+            f = math.sqrt(max(0.0, 1.0 - dw / k)) if k > 0.0 else 0.0
+            for _, rec in products:
+                rec["vr"] *= f
+                rec["vt"] *= f
+            counts[13] += -dw if k - dw >= 0.0 else k
+            if k - dw < 0.0:
+                counts[12] += dw - k
+        for i in inputs:
+            self.rows[i - self.i0] = None
+        for i, rec in products:
+            if self.rows[i - self.i0] is None:
+                self.rows[i - self.i0] = rec
+            else:
+                self.extra.append((g_of[i], rec))
 
     def take_energy(self, amount: float, skip: list[dict]) -> tuple[float, float]:
         """Take ``amount`` of kinetic energy from this block's rows other than the records in
@@ -268,6 +301,23 @@ class _Block:
                 r["vr"] *= f
                 r["vt"] *= f
         return take, amount - take
+
+
+def _shell_energy_change(r_all: np.ndarray, phi_all: np.ndarray,
+                         old: list[tuple[int, float]], new: list[tuple[int, float]]) -> float:
+    """Change of the shells' pair energy ``W = -sum m_a m_b / max(r_a, r_b)`` when the shells
+    ``old`` (slot, mass) are replaced by ``new`` (slots are indices of ``r_all``; ``phi_all``
+    the potential of all shells at them)."""
+    def outside(g: int) -> float:  # potential of the other shells at slot g
+        x = r_all[g]
+        return phi_all[g] + sum(mq / max(x, r_all[gq]) for gq, mq in old)
+
+    def pairs(shells: list[tuple[int, float]]) -> float:
+        return -sum(ma * mb / max(r_all[ga], r_all[gb])
+                    for k, (ga, ma) in enumerate(shells) for gb, mb in shells[k + 1:])
+
+    return (sum(m * outside(g) for g, m in new) + pairs(new)
+            - sum(m * outside(g) for g, m in old) - pairs(old))
 
 
 def _members(rec: dict) -> dict[int, dict]:
@@ -319,18 +369,24 @@ def _kinetic(recs) -> float:
     return sum(0.5 * r["m"] * (r["vr"] ** 2 + r["vt"] ** 2) for r in recs)
 
 
-def _encounter(blk: _Block, i: int, phi: float, w: float, states: np.ndarray,
-               phys: BinaryPhysics, counts: np.ndarray) -> None:
-    """Run the strong encounter of local rows (i, i + 1) and write back its products."""
-    j = i + 1
-    ri, rj = blk.row(i), blk.row(j)
-    obj1, obj2 = _object(ri), _object(rj)
+def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: BinaryPhysics
+                     ) -> tuple[fewbody.InitialState, float]:
+    """Draw the encounter of local rows (i, i + 1): its initial state and the spin angle of
+    its frame about the relative velocity (10 uniforms from the block's sub-stream)."""
+    obj1, obj2 = _object(blk.row(i)), _object(blk.row(i + 1))
     both = obj1.is_binary and obj2.is_binary
-    counts[1 if both else 0] += 1
     rp = phys.x_bb * (obj1.a + obj2.a) if both else phys.x_bs * max(obj1.a, obj2.a)
     state = fewbody.sample_encounter(obj1, obj2, w, rp, states, blk.b, phys.settings.tidal_tol)
-    spin = 2.0 * math.pi * taus_uniform(states, blk.b)
-    out = fewbody.integrate(state, phys.settings)
+    return state, 2.0 * math.pi * taus_uniform(states, blk.b)
+
+
+def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spin: float,
+               out: fewbody.Outcome, counts: np.ndarray) -> None:
+    """Write back the products of the encounter of local rows (i, i + 1)."""
+    j = i + 1
+    ri, rj = blk.row(i), blk.row(j)
+    obj1, obj2 = state.objects
+    counts[1 if obj1.is_binary and obj2.is_binary else 0] += 1
     if not out.valid:
         counts[6] += 1
         log.info("encounter of %s and %s discarded (%s)", obj1.ids, obj2.ids, out.reason)
@@ -370,25 +426,28 @@ def _encounter(blk: _Block, i: int, phi: float, w: float, states: np.ndarray,
     counts[3] += max(0, out.n_binaries_in - out.n_binaries_out)  # binaries destroyed
     counts[4] += out.mergers
     counts[9] += _kinetic(new_recs) - k_before
-    blk.rows[i - blk.i0] = new_recs[0]
-    blk.rows[j - blk.i0] = new_recs[1] if len(new_recs) > 1 else None
-    for rec in new_recs[2:]:
-        blk.extra.append((blk.gidx[j - blk.i0], rec))
+    blk.place([i, j], [(i if k == 0 else j, rec) for k, rec in enumerate(new_recs)], counts)
     if e_outer < 0.0:
         taken, left = blk.take_energy(-e_outer, new_recs)
         counts[11] += taken
         counts[12] += left
 
 
-def _three_body(blk: _Block, i: int, bstats: np.ndarray, states: np.ndarray,
+def _three_body_draws(blk: _Block, states: np.ndarray) -> np.ndarray:
+    """The uniforms of a three-body formation, in order: two azimuths, hardness (term, value),
+    eccentricity, direction (two)."""
+    return np.array([taus_uniform(states, blk.b) for _ in range(DRAWS_THREE_BODY)])
+
+
+def _three_body(blk: _Block, i: int, bstats: np.ndarray, u: np.ndarray,
                 phys: BinaryPhysics, counts: np.ndarray) -> None:
     """The two most massive stars of rows i..i+2 form a binary (at row i's slot), the third
     carries the recoil (at row i+2's); Morscher et al. (2015) as CMC-COSMIC does it: hardness
     ``eta`` gives ``E_b = -eta <m> sigma^2 / 2`` (``sigma`` the 3-D dispersion)."""
     recs = sorted((blk.row(i + k) for k in range(3)), key=lambda r: -r["m"])
     m = np.array([r["m"] for r in recs])
-    a2 = 2.0 * math.pi * taus_uniform(states, blk.b)
-    a3 = 2.0 * math.pi * taus_uniform(states, blk.b)
+    a2 = 2.0 * math.pi * u[0]
+    a3 = 2.0 * math.pi * u[1]
     v = np.array([[recs[0]["vt"], 0.0, recs[0]["vr"]],
                   [recs[1]["vt"] * math.cos(a2), recs[1]["vt"] * math.sin(a2), recs[1]["vr"]],
                   [recs[2]["vt"] * math.cos(a3), recs[2]["vt"] * math.sin(a3), recs[2]["vr"]]])
@@ -396,10 +455,9 @@ def _three_body(blk: _Block, i: int, bstats: np.ndarray, states: np.ndarray,
     v12 = float(np.linalg.norm(v[0] - v[1]))
     v3 = float(np.linalg.norm(v[2] - (m[0] * v[0] + m[1] * v[1]) / m12))
     kk = 2.0 * (m.sum() / m12) * (v12 / v3) ** 2 if v3 > 0 else 0.0
-    eta = sample_three_body_hardness(kk, phys.eta_min, phys.eta_max, states, blk.b)
-    ecc = math.sqrt(taus_uniform(states, blk.b))
-    u1 = taus_uniform(states, blk.b)
-    u2 = taus_uniform(states, blk.b)
+    eta = three_body_hardness(kk, phys.eta_min, phys.eta_max, u[2], u[3])
+    ecc = math.sqrt(u[4])
+    u1, u2 = u[5], u[6]
     _, sigma2, m_mean = bstats
     e_bind = -0.5 * eta * m_mean * sigma2
     a = m[0] * m[1] / (-2.0 * e_bind)
@@ -412,11 +470,9 @@ def _three_body(blk: _Block, i: int, bstats: np.ndarray, states: np.ndarray,
     single = dict(recs[2])
     single["vr"] = float(out_v[1, 2])
     single["vt"] = math.hypot(float(out_v[1, 0]), float(out_v[1, 1]))
-    blk.rows[i - blk.i0] = binrec
-    blk.rows[i + 1 - blk.i0] = None
-    blk.rows[i + 2 - blk.i0] = single
     counts[7] += 1
     counts[10] += _kinetic((binrec, single)) - k_before
+    blk.place([i, i + 1, i + 2], [(i, binrec), (i + 2, single)], counts)
 
 
 def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
@@ -427,19 +483,33 @@ def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
     (id1, mem1), (id2, mem2) = members.items()
     e_b = float(binding_energy(rec["bin_m1"], rec["bin_m2"], rec["bin_a"]))
     parts = [_single_record(rec, id1, mem1, v), _single_record(rec, id2, mem2, v)]
-    blk.rows[i - blk.i0] = parts[0]
-    blk.extra.append((blk.gidx[i - blk.i0], parts[1]))
+    blk.place([i], [(i, parts[0]), (i, parts[1])], counts)
     taken, left = blk.take_energy(-e_b, parts)
     counts[8] += 1
     counts[11] += taken
     counts[12] += left
 
 
-def apply_events(fields: dict[str, np.ndarray], offset: int, states: np.ndarray,
-                 encounter: np.ndarray, enc_phi: np.ndarray, enc_w: np.ndarray,
-                 formed: np.ndarray, block_stats: np.ndarray, wide: np.ndarray,
-                 phys: BinaryPhysics) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
-                                               np.ndarray]:
+def _integrate_all(states: list[fewbody.InitialState], settings: fewbody.EncounterSettings
+                   ) -> list[fewbody.Outcome]:
+    """Integrate encounters on the numba thread count's worth of threads (the kernel releases
+    the GIL); the outcomes do not depend on the number of threads."""
+    import numba
+
+    workers = min(len(states), numba.get_num_threads())
+    if workers <= 1:
+        return [fewbody.integrate(s, settings) for s in states]
+    from concurrent.futures import ThreadPoolExecutor
+
+    # longest first would balance better, but their cost is not known in advance
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda s: fewbody.integrate(s, settings), states))
+
+
+def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
+                 phi_all: np.ndarray, states: np.ndarray, encounter: np.ndarray,
+                 enc_phi: np.ndarray, enc_w: np.ndarray, formed: np.ndarray,
+                 block_stats: np.ndarray, wide: np.ndarray, phys: BinaryPhysics) -> tuple:
     """Apply this step's encounters, three-body formations and wide-binary breaks.
 
     Parameters
@@ -448,6 +518,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, states: np.ndarray,
         The local star table (with the binary columns); not modified.
     offset : int
         Global index of local row 0.
+    r_all, phi_all : ndarray
+        Replicated radii and potential (the slots and their potential).
     states : ndarray of uint32, shape (nblocks, 4)
         Block sub-streams (advanced in place).
     encounter, enc_phi, enc_w : ndarray
@@ -467,6 +539,10 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, states: np.ndarray,
         :func:`physics.orbits.new_orbits_rows`).
     counts : ndarray
         This rank's counters, in the order of :data:`COUNT_NAMES`.
+    slots, slot_mass : ndarray
+        The slots of the blocks that changed and the mass now at each (the sum of the rows
+        there; 0 where a row was freed): the caller updates the replicated masses with them,
+        so that the orbits are drawn in the potential of the stars as they now are.
     """
     n = fields["m"].size
     nb = states.shape[0]
@@ -477,12 +553,12 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, states: np.ndarray,
     if pairs.size + trips.size + wides.size == 0:
         gidx = np.arange(offset, offset + n, dtype=np.int64)
         block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
-        return fields, gidx, block_start, counts
+        return fields, gidx, block_start, counts, np.zeros(0, np.int64), np.zeros(0)
     blocks: dict[int, _Block] = {}
 
     def block(b: int) -> _Block:
         if b not in blocks:
-            blocks[b] = _Block(fields, b, n, offset)
+            blocks[b] = _Block(fields, b, n, offset, r_all, phi_all)
         return blocks[b]
 
     events = ([(2 * int(k) // MIN_CHUNK, 0, 2 * int(k)) for k in pairs]
@@ -490,13 +566,28 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, states: np.ndarray,
                   int(t) // TRIPLETS_PER_BLOCK * MIN_CHUNK + 3 * (int(t) % TRIPLETS_PER_BLOCK))
                  for t in trips]
               + [(int(i) // MIN_CHUNK, 2, int(i)) for i in wides])
-    for b, kind, i in sorted(events):
+    events.sort()
+    # 1. every draw, in the fixed order (block, kind, row)
+    draws = []
+    for b, kind, i in events:
+        if kind == 0:
+            draws.append(_encounter_setup(block(b), i, float(enc_w[i // 2]), states, phys))
+        elif kind == 1:
+            draws.append(_three_body_draws(block(b), states))
+        else:
+            draws.append(None)
+    # 2. the encounters, concurrently (each a function of its initial state only)
+    outcomes = _integrate_all([d[0] for (_, kind, _), d in zip(events, draws, strict=True)
+                               if kind == 0], phys.settings)
+    # 3. write-back in the fixed order
+    k_enc = 0
+    for (b, kind, i), d in zip(events, draws, strict=True):
         blk = block(b)
         if kind == 0:
-            k = i // 2
-            _encounter(blk, i, float(enc_phi[k]), float(enc_w[k]), states, phys, counts)
+            _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], counts)
+            k_enc += 1
         elif kind == 1:
-            _three_body(blk, i, block_stats[b], states, phys, counts)
+            _three_body(blk, i, block_stats[b], d, phys, counts)
         else:
             _break_wide(blk, i, counts)
     # assemble: untouched blocks as they are, touched blocks from their rows (+ extras)
@@ -535,7 +626,16 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, states: np.ndarray,
         block_start = np.searchsorted(blocks_all, np.arange(nb + 1)).astype(np.int64)
     else:
         block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
-    return out, gidx, block_start, counts
+    # mass now at each slot of the touched blocks (rows summed in row order)
+    touched = sorted(blocks)
+    slots = np.concatenate([np.arange(offset + blocks[b].i0, offset + blocks[b].i1)
+                            for b in touched]).astype(np.int64)
+    slot_mass = np.zeros(slots.size)
+    pos = {int(g): k for k, g in enumerate(slots)}
+    for b in touched:
+        for r in range(int(block_start[b]), int(block_start[b + 1])):
+            slot_mass[pos[int(gidx[r])]] += out["m"][r]
+    return out, gidx, block_start, counts, slots, slot_mass
 
 
 @njit(cache=True)

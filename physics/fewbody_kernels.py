@@ -873,7 +873,7 @@ def recentre_on_centre_of_mass(x, m, n):
             x[i, c] -= o
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_tol, jump_tol,
                         t_max, max_steps, classify_every, radius_factor,
                         tx, tv, tm, ta, te, ch, top, istats, fstats):

@@ -18,6 +18,7 @@ from parallel.streams import Streams
 from physics import encounters as enc
 from physics import fewbody
 from physics.binaries import binding_energy
+from physics.potential import compute_potential, potential_energy
 from physics.relaxation import local_number_density, relax_or_select_pairs, relax_pairs
 
 
@@ -191,8 +192,17 @@ def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None):
     wmask = np.zeros(n, dtype=bool)
     wmask[list(wide)] = True
     bstats = np.tile([1.0, 0.1, 1.0 / n], (nb, 1)) if bstats is None else bstats
-    return enc.apply_events(t, 0, states, encounter, phi, w, formed, bstats, wmask,
-                            enc.BinaryPhysics())
+    phi_all, _ = compute_potential(t["r"], t["m"])
+    return enc.apply_events(t, 0, t["r"], phi_all, states, encounter, phi, w, formed, bstats,
+                            wmask, enc.BinaryPhysics())[:4]
+
+
+def _energy(t: dict, gidx: np.ndarray, r_slots: np.ndarray) -> float:
+    """K + W + E_binding with every row at the radius of its slot (shells)."""
+    r = r_slots[gidx]
+    order = np.argsort(r, kind="stable")
+    phi, _ = compute_potential(r[order], t["m"][order])
+    return _kinetic(t) + potential_energy(r[order], t["m"][order], phi) + _binding(t)
 
 
 @pytest.mark.parametrize("case", ["bs", "bb"])
@@ -207,14 +217,16 @@ def test_encounter_write_back_conserves_energy_mass_and_stars(case):
     t = _table(n, rng, bins)
     t["vr"][20:22] = [0.01, -0.01]  # slow: a resonant, energy-exchanging encounter
     t["vt"][20:22] = [0.02, 0.01]
-    e0 = _kinetic(t) + _binding(t)
+    e0 = _energy(t, np.arange(n), t["r"])
     ids0 = _star_ids(t)
     out, gidx, block_start, counts = _apply(t, _states(3), pairs=[20])
     assert counts[1 if case == "bb" else 0] == 1
     assert counts[6] == 0  # not discarded
-    e1 = _kinetic(out) + _binding(out)
+    e1 = _energy(out, gidx, t["r"])
     assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
-    assert counts[9] == pytest.approx(_kinetic(out) - _kinetic(t), rel=1e-12, abs=1e-18)
+    # the kinetic energy changes by the encounter's release and the slots' correction
+    assert counts[9] + counts[13] == pytest.approx(_kinetic(out) - _kinetic(t), rel=1e-10)
+    assert abs(counts[13]) < 0.1 * abs(counts[9])
     np.testing.assert_array_equal(_star_ids(out), ids0)
     assert out["m"].sum() == pytest.approx(1.0, rel=1e-14)
     b = out["binind"] >= 0
@@ -246,8 +258,12 @@ def test_three_body_formation_energy_and_hardness():
     eta = out["bin_m1"][row] * out["bin_m2"][row] / (a * m_mean * sigma2)
     assert 5.0 <= eta <= 50.0
     e_b = float(binding_energy(out["bin_m1"][row], out["bin_m2"][row], a))
-    assert _kinetic(out) - _kinetic(t) == pytest.approx(-e_b, rel=1e-10)
     assert counts[10] == pytest.approx(-e_b, rel=1e-10)
+    # K + W + E_b exact: the shells' energy change of moving mass between slots is paid by
+    # the products' kinetic energy
+    assert _energy(out, gidx, t["r"]) == pytest.approx(_energy(t, np.arange(n), t["r"]),
+                                                       rel=1e-12)
+    assert _kinetic(out) - _kinetic(t) == pytest.approx(-e_b + counts[13], rel=1e-10)
     assert out["m"].size == n - 1 and block_start[2] == n - 1
     np.testing.assert_array_equal(_star_ids(out), np.arange(n))
     assert out["id"][row] == enc.NEW_BINARY_ID_BASE + 26  # rows 26, 27 of block 1 paired
@@ -258,19 +274,21 @@ def test_wide_binary_breaks_with_energy_from_its_block():
     rng = np.random.default_rng(7)
     n = 40
     t = _table(n, rng, {5: (0.05, 0.2, 0.5)})
-    e0 = _kinetic(t) + _binding(t)
+    e0 = _energy(t, np.arange(n), t["r"])
     out, gidx, block_start, counts = _apply(t, _states(2), wide=[5])
     assert counts[8] == 1 and counts[12] == 0.0
     assert not (out["binind"] >= 0).any()
     assert out["m"].size == n + 1 and block_start[1] == 21
-    assert _kinetic(out) + _binding(out) == pytest.approx(e0, rel=1e-13)
+    assert _energy(out, gidx, t["r"]) == pytest.approx(e0, rel=1e-13)
     assert counts[11] == pytest.approx(-float(binding_energy(
         t["bin_m1"][5], t["bin_m2"][5], t["bin_a"][5])), rel=1e-13)
     np.testing.assert_array_equal(_star_ids(out), _star_ids(t))
-    # both members move with the binary's centre of mass, from its slot
+    # both members move with the binary's centre of mass, from its slot (their speeds raised
+    # by the two shells' mutual energy m1 m2 / r)
     members = np.flatnonzero(np.isin(out["id"], [t["bin_id1"][5], t["bin_id2"][5]]))
     assert set(gidx[members]) == {5}
-    np.testing.assert_array_equal(out["vr"][members], t["vr"][5])
+    assert out["vr"][members[0]] == out["vr"][members[1]]
+    assert counts[13] == pytest.approx(t["bin_m1"][5] * t["bin_m2"][5] / t["r"][5], rel=1e-12)
 
 
 def test_select_wide_binaries_rule():
