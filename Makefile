@@ -36,9 +36,11 @@ test-mpi: install
 bench: install
 	$(PY) bench/run_bench.py $(BENCH_ARGS)
 	$(PY) bench/bench_fewbody.py $(BENCH_ARGS)
+	$(PY) bench/bench_binaries.py $(BENCH_ARGS)
 
 validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)
+	$(PY) bench/validate_binaries.py
 
 validate-fewbody: install
 	$(PY) bench/validate_fewbody.py

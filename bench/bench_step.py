@@ -1,7 +1,8 @@
 """Per-part cost of a Monte Carlo step, in microseconds per star.
 
-``python bench/bench_step.py N STEPS THREADS`` runs one configuration in this process
-(``mpiexec -n P python bench/bench_step.py ...`` for P ranks) and prints one JSON line.
+``python bench/bench_step.py N STEPS THREADS [section.key=value ...]`` runs one configuration
+in this process (``mpiexec -n P python bench/bench_step.py ...`` for P ranks) and prints one JSON
+line; the optional overrides change the model (e.g. ``initial.binary_fraction=0.1``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bench_step(n: int, steps: int, threads: int, comm=None) -> dict:
+def bench_step(n: int, steps: int, threads: int, comm=None,
+               overrides: list[str] | None = None) -> dict:
     import numba
 
     from cmc.config import load_config
@@ -24,7 +26,8 @@ def bench_step(n: int, steps: int, threads: int, comm=None) -> dict:
 
     comm = comm or get_world_comm()
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    cfg = load_config(None, [f"initial.n={n}", "initial.seed=1", f"run.max_steps={steps}"])
+    cfg = load_config(None, [f"initial.n={n}", "initial.seed=1", f"run.max_steps={steps}",
+                             *(overrides or [])])
     sim = Simulation.create(cfg, comm)
     # warm up (compilation is cached, but the first call still loads it)
     for _ in range(2):
@@ -43,7 +46,13 @@ def bench_step(n: int, steps: int, threads: int, comm=None) -> dict:
     if comm.Get_rank() != 0:
         return {}
     per = {p: max(t[p] for t in timers) / (steps * n) * 1e6 for p in PARTS}
+    hist = sim.history
+    events = {k: float(sum(hist[k][-steps:])) for k in ("n_binary_single", "n_binary_binary",
+                                                         "n_three_body", "n_wide_broken")
+              if k in hist}
     return {"N": n, "ranks": comm.Get_size(), "threads": threads, "steps": steps,
+            "overrides": overrides or [], "events": events,
+            "encounters_s_per_rank": [t["encounters"] for t in timers],
             "us_per_star_step": wall / (steps * n) * 1e6, "parts_us_per_star": per,
             "max_rss_bytes_per_star": max(rss_all) / n * comm.Get_size() / comm.Get_size(),
             "parts": parts}
@@ -51,6 +60,6 @@ def bench_step(n: int, steps: int, threads: int, comm=None) -> dict:
 
 if __name__ == "__main__":
     n, steps, threads = (int(x) for x in sys.argv[1:4])
-    out = bench_step(n, steps, threads)
+    out = bench_step(n, steps, threads, overrides=sys.argv[4:])
     if out:
         print("BENCH " + json.dumps(out), flush=True)

@@ -126,6 +126,10 @@ class BinariesConfig:
     max_steps: int = _p(200000, "", "discard an encounter unresolved after this many "
                         "integrator steps (a deterministic stand-in for CMC's CPU-time limit; "
                         "about 2 s)", lo=1000)
+    collapse_tol: float = _p(1e-7, "", "tidal perturbation below which an isolated binary "
+                             "inside an encounter is integrated as one body on a Kepler orbit "
+                             "(Fewbody's collapse of isolated binaries); 0: never", lo=0.0,
+                             hi=1e-5)
     t_max_periods: float = _p(1e5, "periods", "discard an encounter unresolved after this "
                               "time, in periods of its widest binary", lo=1.0)
 

@@ -137,7 +137,8 @@ class Simulation:
             x_bb=b.x_bb, three_body=b.three_body, eta_min=b.eta_min, eta_max=b.eta_max,
             wide_factor=b.wide_factor,
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
-                                       max_steps=b.max_steps, t_max_periods=b.t_max_periods))
+                                       max_steps=b.max_steps, t_max_periods=b.t_max_periods,
+                                       collapse_tol=b.collapse_tol))
         self.sync_replicated()
 
     # ------------------------------------------------------------------ construction
@@ -268,24 +269,28 @@ class Simulation:
         counts = np.zeros(len(enc.COUNT_NAMES))
         p_stats = np.zeros((nb, 3))
         gidx, block_start = block_rows(n, self.offset)
-        t3 = time.perf_counter()
+        slots = slot_mass = None
         if cfg.relaxation and stars.has_binary_fields:
             sel = self._relax_and_select(states, dt, coulomb_ratio, beta_stats, p_stats)
             t3 = time.perf_counter()
+            self.timers["relaxation"] += t3 - t2
             fields, gidx, block_start, counts, slots, slot_mass = enc.apply_events(
                 stars.as_dict(), self.offset, self.r_all, self.phi_all, states, *sel,
                 self.phys)
             if fields is not stars.as_dict():
                 self.stars = stars = StarTable(fields)
                 n = stars.n
-            self._update_slot_masses(slots, slot_mass)
+            t2 = time.perf_counter()
+            self.timers["encounters"] += t2 - t3
         elif cfg.relaxation:
             relax_pairs(self.r_all, self.offset, stars.m, stars.vr, stars.vt, states, dt,
                         float(st.n0), coulomb_ratio, beta_stats)
-            t3 = time.perf_counter()
+        t3 = time.perf_counter()
         self.timers["relaxation"] += t3 - t2
-        t3, t3_start = time.perf_counter(), t3
-        self.timers["encounters"] += t3 - t3_start
+        if slots is not None:  # the products' masses into the potential (collective)
+            self._update_slot_masses(slots, slot_mass)
+            t3, t2 = time.perf_counter(), t3
+            self.timers["potential"] += t3 - t2
         # 4. new orbits
         r_new = np.empty(n)
         vr_new = stars.vr.copy()

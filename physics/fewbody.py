@@ -163,6 +163,13 @@ class EncounterSettings:
         Tidal perturbation below which a wide bound excursion of a binary and a single (or two
         binaries) is skipped as two Kepler orbits ("ar" only; see
         :func:`physics.fewbody_kernels.kepler_jump`); 0 integrates every excursion.
+    collapse_tol : float
+        Tidal perturbation below which an isolated binary is integrated as one body, its
+        internal orbit advanced as a Kepler orbit ("ar" only, point masses only; Fewbody
+        collapses isolated binaries the same way; see
+        :func:`physics.fewbody_kernels.collapse_isolated`); 0 (default) never.  The cluster
+        uses 1e-7 (``binaries.collapse_tol``): a tight binary meeting a wide one otherwise
+        costs up to 10^6 steps; 1e-6 left energy errors up to 1e-3 of the binding energy.
     t_max_periods : float
         Cap on integration time (physical time, jumps included), in periods of the widest
         initial binary (an encounter that reaches it ends with status "time_limit" and is to be
@@ -189,6 +196,7 @@ class EncounterSettings:
     ias15_epsilon: float = 1e-9
     tidal_tol: float = 1e-5
     jump_tol: float = 1e-6
+    collapse_tol: float = 0.0
     t_max_periods: float = 1e6
     max_steps: int = 50_000_000
     classify_every: int = 8
@@ -202,6 +210,8 @@ class EncounterSettings:
             raise ValueError(f"integrator must be 'ar' or 'ias15', got {self.integrator!r}")
         if not (math.isfinite(self.jump_tol) and 0 <= self.jump_tol <= self.tidal_tol):
             raise ValueError(f"jump_tol must be in [0, tidal_tol], got {self.jump_tol}")
+        if not (math.isfinite(self.collapse_tol) and 0 <= self.collapse_tol <= self.tidal_tol):
+            raise ValueError(f"collapse_tol must be in [0, tidal_tol], got {self.collapse_tol}")
         for name in ("tol", "ias15_epsilon", "tidal_tol", "t_max_periods",
                      "ias15_check_periods", "merger_radius_factor", "energy_tol"):
             val = getattr(self, name)
@@ -711,7 +721,8 @@ def _integrate_ar(state: InitialState, settings: EncounterSettings) -> Outcome:
         x, v, m, rad, members, n, hstep, settings.tol, settings.kmax, fk.SEQUENCE,
         settings.tidal_tol, settings.jump_tol,
         settings.t_max_periods * period, settings.max_steps, settings.classify_every,
-        settings.merger_radius_factor, tx, tv, tm, ta, te, ch, top, istats, fstats)
+        settings.merger_radius_factor, tx, tv, tm, ta, te, ch, top, istats, fstats,
+        settings.collapse_tol)
     tree_out = (tx, tv, tm, ta, te, ch, top, int(fstats[2]), int(fstats[3]))
     return _finish(state, status, n_end, x, v, m, rad, members, tree_out, istats,
                    float(fstats[0]), float(fstats[1]), settings, scales)

@@ -43,7 +43,11 @@ IST_FORCES = 2
 IST_MERGERS = 3
 IST_CLASSIFY = 4
 IST_JUMPS = 5
-N_ISTATS = 6
+IST_COLLAPSES = 6
+N_ISTATS = 7
+#: An isolated binary (tidal perturbation below the collapse tolerance) is integrated as one
+#: body until its perturbation exceeds this many times that tolerance (hysteresis).
+EXPAND_FACTOR = 10.0
 
 
 @njit(cache=True)
@@ -873,10 +877,174 @@ def recentre_on_centre_of_mass(x, m, n):
             x[i, c] -= o
 
 
+@njit(cache=True)
+def _remove_body(x, v, m, rad, members, body_col, n, j):
+    """Move the last body into slot ``j``; returns the new n."""
+    last = n - 1
+    if j != last:
+        for c in range(3):
+            x[j, c] = x[last, c]
+            v[j, c] = v[last, c]
+        m[j] = m[last]
+        rad[j] = rad[last]
+        members[j] = members[last]
+        body_col[j] = body_col[last]
+    body_col[last] = -1
+    return last
+
+
+@njit(cache=True)
+def _binary_perturbation(x, m, n, i, j, mi, mj, apo, cx):
+    """Largest tidal perturbation (:func:`tidal_perturbation`) of the other bodies on a binary
+    of masses mi, mj and apocentre ``apo`` centred at ``cx`` (bodies i and j are the binary or
+    its collapsed body; pass j = i for the latter)."""
+    worst = 0.0
+    for k in range(n):
+        if k == i or k == j:
+            continue
+        d = np.sqrt((x[k, 0] - cx[0]) ** 2 + (x[k, 1] - cx[1]) ** 2 + (x[k, 2] - cx[2]) ** 2)
+        if d <= apo:
+            return np.inf
+        p = tidal_perturbation(mi, mj, m[k], apo, d)
+        if p > worst:
+            worst = p
+    return worst
+
+
+@njit(cache=True)
+def collapse_isolated(x, v, m, rad, members, n, tol, t, body_col, col_r, col_w, col_m,
+                      col_rad, col_mem, col_t):
+    """Integrate isolated binaries as one body (Fewbody's collapse of isolated tree nodes).
+
+    A pair of point-mass bodies (neither a collapsed binary), each the other's nearest
+    neighbour, bound, with a tidal perturbation below ``tol`` from every other body, is
+    replaced by its centre of mass; its relative orbit is kept (``col_*`` row = the first free
+    one, time ``t``) and advanced as a Kepler orbit when the pair is restored
+    (:func:`expand_collapsed`).  Needs at least three bodies.  Returns the new n.
+    """
+    cx = np.empty(3)
+    i = 0
+    while i < n and n > 2:
+        # nearest neighbour of i
+        j = -1
+        best = np.inf
+        for k in range(n):
+            if k != i:
+                d2 = ((x[k, 0] - x[i, 0]) ** 2 + (x[k, 1] - x[i, 1]) ** 2
+                      + (x[k, 2] - x[i, 2]) ** 2)
+                if d2 < best:
+                    best = d2
+                    j = k
+        ok = j > i and body_col[i] < 0 and body_col[j] < 0 and rad[i] == 0.0 and rad[j] == 0.0
+        if ok:  # mutual nearest neighbours?
+            for k in range(n):
+                if k != j and k != i:
+                    d2 = ((x[k, 0] - x[j, 0]) ** 2 + (x[k, 1] - x[j, 1]) ** 2
+                          + (x[k, 2] - x[j, 2]) ** 2)
+                    if d2 < best:
+                        ok = False
+        if ok:
+            mt = m[i] + m[j]
+            r = np.sqrt(best)
+            w2 = 0.0
+            for c in range(3):
+                w2 += (v[j, c] - v[i, c]) ** 2
+            energy = 0.5 * w2 - mt / r
+            if energy < 0.0:
+                a = -0.5 * mt / energy
+                rw = 0.0
+                for c in range(3):
+                    rw += (x[j, c] - x[i, c]) * (v[j, c] - v[i, c])
+                ecc = np.sqrt(max(0.0, (1.0 - r / a) ** 2 + rw * rw / (mt * a)))
+                for c in range(3):
+                    cx[c] = (m[i] * x[i, c] + m[j] * x[j, c]) / mt
+                pert = _binary_perturbation(x, m, n, i, j, m[i], m[j], a * (1.0 + ecc), cx)
+                if pert < tol:
+                    slot = 0
+                    while col_t[slot] >= 0.0:
+                        slot += 1
+                    for c in range(3):
+                        col_r[slot, c] = x[j, c] - x[i, c]
+                        col_w[slot, c] = v[j, c] - v[i, c]
+                        x[i, c] = cx[c]
+                        v[i, c] = (m[i] * v[i, c] + m[j] * v[j, c]) / mt
+                    col_m[slot, 0] = m[i]
+                    col_m[slot, 1] = m[j]
+                    col_rad[slot, 0] = rad[i]
+                    col_rad[slot, 1] = rad[j]
+                    col_mem[slot, 0] = members[i]
+                    col_mem[slot, 1] = members[j]
+                    col_t[slot] = t
+                    m[i] = mt
+                    members[i] = members[i] | members[j]
+                    body_col[i] = slot
+                    n = _remove_body(x, v, m, rad, members, body_col, n, j)
+                    continue  # look at the new body i again (it may pair with another)
+        i += 1
+    return n
+
+
+@njit(cache=True)
+def expand_collapsed(x, v, m, rad, members, n, tol, t, body_col, col_r, col_w, col_m,
+                     col_rad, col_mem, col_t, force):
+    """Restore collapsed binaries whose tidal perturbation exceeds ``tol`` (all if ``force``):
+    their relative orbit is advanced from the collapse to ``t`` on its Kepler orbit.  Returns
+    (n, smallest restored orbit's ``m1 m2 P / a`` or inf) -- the latter sets the next step."""
+    r1 = np.empty(3)
+    w1 = np.empty(3)
+    cx = np.empty(3)
+    scale = np.inf
+    b = 0
+    while b < n:
+        slot = body_col[b]
+        if slot < 0:
+            b += 1
+            continue
+        m1 = col_m[slot, 0]
+        m2 = col_m[slot, 1]
+        mt = m1 + m2
+        r = np.sqrt(col_r[slot, 0] ** 2 + col_r[slot, 1] ** 2 + col_r[slot, 2] ** 2)
+        w2 = col_w[slot, 0] ** 2 + col_w[slot, 1] ** 2 + col_w[slot, 2] ** 2
+        a = -0.5 * mt / (0.5 * w2 - mt / r)
+        rw = 0.0
+        for c in range(3):
+            rw += col_r[slot, c] * col_w[slot, c]
+            cx[c] = x[b, c]
+        ecc = np.sqrt(max(0.0, (1.0 - r / a) ** 2 + rw * rw / (mt * a)))
+        if not force and _binary_perturbation(x, m, n, b, b, m1, m2, a * (1.0 + ecc),
+                                              cx) <= tol:
+            b += 1
+            continue
+        kepler_propagate(col_r[slot], col_w[slot], mt, t - col_t[slot], r1, w1)
+        k = n
+        for c in range(3):
+            xc = x[b, c]
+            vc = v[b, c]
+            x[b, c] = xc - m2 / mt * r1[c]
+            v[b, c] = vc - m2 / mt * w1[c]
+            x[k, c] = xc + m1 / mt * r1[c]
+            v[k, c] = vc + m1 / mt * w1[c]
+        m[b] = m1
+        m[k] = m2
+        rad[b] = col_rad[slot, 0]
+        rad[k] = col_rad[slot, 1]
+        members[b] = col_mem[slot, 0]
+        members[k] = col_mem[slot, 1]
+        body_col[b] = -1
+        body_col[k] = -1
+        col_t[slot] = -1.0
+        n += 1
+        period = 2.0 * np.pi * np.sqrt(a ** 3 / mt)
+        scale = min(scale, m1 * m2 * period / a)
+        # body b now holds member 1; a member is never itself collapsed, so move on
+        b += 1
+    return n, scale
+
+
 @njit(cache=True, nogil=True)
 def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_tol, jump_tol,
                         t_max, max_steps, classify_every, radius_factor,
-                        tx, tv, tm, ta, te, ch, top, istats, fstats):
+                        tx, tv, tm, ta, te, ch, top, istats, fstats, collapse_tol=0.0):
     """Integrate an encounter until it is classified as over, or a limit is reached.
 
     Parameters
@@ -906,6 +1074,11 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
         Classify after this many accepted steps (and after every merger).
     radius_factor : float
         Radius of a merger product in units of the sum of the two radii.
+    collapse_tol : float
+        Tidal perturbation below which an isolated binary is integrated as one body
+        (:func:`collapse_isolated`; restored above ``EXPAND_FACTOR`` times it and before
+        every classification that would end the encounter); 0 switches this off.  Only in
+        encounters without finite radii.
     tx, tv, tm, ta, te, ch, top : ndarray
         Out: the final hierarchy (see :func:`classify`).
     istats : ndarray of int64, shape (N_ISTATS,)
@@ -931,6 +1104,18 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
     ynew = np.empty(6 * nmax + 1)
     errs = np.empty(KMAX)
     istats[:] = 0
+    body_col = np.full(nmax, -1, dtype=np.int64)
+    col_r = np.zeros((nmax, 3))
+    col_w = np.zeros((nmax, 3))
+    col_m = np.zeros((nmax, 2))
+    col_rad = np.zeros((nmax, 2))
+    col_mem = np.zeros((nmax, 2), dtype=np.int64)
+    col_t = np.full(nmax, -1.0)
+    point_masses = True
+    for i in range(n):
+        if rad[i] > 0.0:
+            point_masses = False
+    collapsing = collapse_tol > 0.0 and point_masses
     de_merge = 0.0
     t = 0.0
     bconst = potential_energy(x, m, n) - kinetic_energy(v, m, n)
@@ -982,6 +1167,25 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
             if n > 2:
                 recentre_on_closest_pair(x, n)
             done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top)
+            if collapsing:
+                n_before = n
+                n, scale = expand_collapsed(x, v, m, rad, members, n,
+                                            EXPAND_FACTOR * collapse_tol, t, body_col, col_r,
+                                            col_w, col_m, col_rad, col_mem, col_t, done)
+                if not done:
+                    n = collapse_isolated(x, v, m, rad, members, n, collapse_tol, t, body_col,
+                                          col_r, col_w, col_m, col_rad, col_mem, col_t)
+                if n != n_before:
+                    if n < n_before:
+                        istats[IST_COLLAPSES] += n_before - n
+                    if scale < np.inf:
+                        hstep = min(hstep, 0.05 * scale)
+                    bconst = potential_energy(x, m, n) - kinetic_energy(v, m, n)
+                    if done:  # decide again with the binaries restored
+                        if n > 2:
+                            recentre_on_closest_pair(x, n)
+                        done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta,
+                                                  te, ch, top)
             if done:
                 status = STATUS_DONE
                 break
@@ -1009,6 +1213,9 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
         if istats[IST_STEPS] >= max_steps:
             status = STATUS_STEP_LIMIT
             break
+    if collapsing:
+        n, _ = expand_collapsed(x, v, m, rad, members, n, 0.0, t, body_col, col_r, col_w,
+                                col_m, col_rad, col_mem, col_t, True)
     recentre_on_centre_of_mass(x, m, n)
     done, nn, ntop = classify(x, v, m, rad, n, tidal_tol, tx, tv, tm, ta, te, ch, top)
     if status == STATUS_DONE and not done and n > 1:
