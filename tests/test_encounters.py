@@ -366,3 +366,21 @@ def test_binary_timescales_of_the_central_stars():
     assert t_bs == pytest.approx(ref_bs, rel=1e-12)
     assert t_bb == pytest.approx(ref_bb, rel=1e-12)
     assert math.isfinite(t_bs) and t_bs < t_bb
+
+
+def test_cli_run_with_binaries_and_plot(tmp_path):
+    """`cmc run` of a small model with binaries writes the binary columns and `cmc plot` adds
+    the binary-fraction panel."""
+    from cmc.cli import main
+    from cmc.io import read_diagnostics
+
+    out = tmp_path / "o"
+    ini = tmp_path / "b.ini"
+    ini.write_text("[initial]\nn = 400\nbinary_fraction = 0.2\n[run]\nmax_steps = 5\n")
+    assert main(["run", str(ini), "-o", str(out)]) == 0
+    d, attrs = read_diagnostics(out / "diagnostics.h5")
+    assert d["binary_fraction"][0] == pytest.approx(d["N_binaries"][0] / 400)
+    assert "n_binary_single" in d and "E_encounters" in d
+    assert attrs["stop_reason"] == "max_steps"  # no core-collapse stop with binaries
+    assert main(["plot", str(out)]) == 0
+    assert (out / "evolution.png").stat().st_size > 1000
