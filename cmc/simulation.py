@@ -66,11 +66,12 @@ DIAG_UNITS = {
     "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir",
     "E_binding": "E_NB", "E_binding_escaped": "E_NB", "E_encounters": "E_NB",
     "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB", "E_slots": "E_NB",
+    "E_ejected": "E_NB",
     "T_bs": "t_NB", "T_bb": "t_NB",
 }
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
 #: that count events).
-EVENT_COUNTS = enc.COUNT_NAMES[:9]
+EVENT_COUNTS = enc.COUNT_NAMES[:9] + ("n_ejected",)
 
 
 @dataclass
@@ -96,6 +97,7 @@ class RunState:
     e_taken: float = 0.0
     e_oops: float = 0.0
     e_slots: float = 0.0
+    e_ejected: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""
@@ -355,6 +357,12 @@ class Simulation:
         st.e_taken += ev["e_taken"]
         st.e_oops += ev["e_oops"]
         st.e_slots += ev["e_slots"]
+        # objects ejected by binary processes left before the orbits: they are escapers
+        st.e_escaped += ev["e_ejected"]
+        st.e_bind_escaped += ev["e_bind_ejected"]
+        st.m_escaped += ev["m_ejected"]
+        st.n_escaped += int(round(ev["n_ejected"]))
+        st.e_ejected += ev["e_ejected"] + ev["e_bind_ejected"]
         n_p1 = red[-1]
         self._n_p1 += int(n_p1)
         if self._n_p1 and (not self._p1_warned
@@ -561,7 +569,7 @@ class Simulation:
             "binary_fraction": n_bin / max(self.n_total, 1),
             "binary_fraction_core": f_bin_core, "E_encounters": st.e_encounters,
             "E_three_body": st.e_three_body, "E_taken": st.e_taken, "E_oops": st.e_oops,
-            "E_slots": st.e_slots,
+            "E_slots": st.e_slots, "E_ejected": st.e_ejected,
         }
         base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
                 "beta_capped": 0.0, "n_escaped_step": 0.0, "T_bs": math.inf, "T_bb": math.inf,

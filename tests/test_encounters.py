@@ -222,13 +222,16 @@ def test_encounter_write_back_conserves_energy_mass_and_stars(case):
     out, gidx, block_start, counts = _apply(t, _states(3), pairs=[20])
     assert counts[1 if case == "bb" else 0] == 1
     assert counts[6] == 0  # not discarded
-    e1 = _energy(out, gidx, t["r"])
+    # what an ejected product carried off (energy in the others' potential, internal energy)
+    e1 = _energy(out, gidx, t["r"]) + counts[16] + counts[17]
     assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
-    # the kinetic energy changes by the encounter's release and the slots' correction
-    assert counts[9] + counts[13] == pytest.approx(_kinetic(out) - _kinetic(t), rel=1e-10)
+    if counts[14] == 0:
+        # the kinetic energy changes by the encounter's release and the slots' correction
+        assert counts[9] + counts[13] == pytest.approx(_kinetic(out) - _kinetic(t), rel=1e-10)
+        np.testing.assert_array_equal(_star_ids(out), ids0)
     assert abs(counts[13]) < 0.1 * abs(counts[9])
-    np.testing.assert_array_equal(_star_ids(out), ids0)
-    assert out["m"].sum() == pytest.approx(1.0, rel=1e-14)
+    assert set(_star_ids(out)) <= set(ids0)
+    assert out["m"].sum() + counts[15] == pytest.approx(1.0, rel=1e-14)
     b = out["binind"] >= 0
     np.testing.assert_allclose(out["bin_m1"][b] + out["bin_m2"][b], out["m"][b], rtol=1e-15)
     # the products are in block 1 at the slots of rows 20 and 21 (extras at the block's end)
@@ -246,11 +249,13 @@ def test_three_body_formation_energy_and_hardness():
     rng = np.random.default_rng(6)
     n = 40
     t = _table(n, rng)
+    t["vr"] *= 0.3  # well bound, so that the recoiling star stays (no ejection)
+    t["vt"] *= 0.3
     sigma2, m_mean = 0.08, 1.0 / n
     bstats = np.tile([1.0, sigma2, m_mean], (2, 1))
     out, gidx, block_start, counts = _apply(t, _states(2), trips=[enc.TRIPLETS_PER_BLOCK + 2],
                                             bstats=bstats)
-    assert counts[7] == 1
+    assert counts[7] == 1 and counts[14] == 0
     b = np.flatnonzero(out["binind"] >= 0)
     assert b.size == 1
     row = b[0]
@@ -268,6 +273,24 @@ def test_three_body_formation_energy_and_hardness():
     np.testing.assert_array_equal(_star_ids(out), np.arange(n))
     assert out["id"][row] == enc.NEW_BINARY_ID_BASE + 26  # rows 26, 27 of block 1 paired
     assert gidx[row] == 26
+
+
+def test_ejected_product_leaves_with_its_energy():
+    """A three-body recoil that unbinds the single star: it leaves at once, and K + W +
+    E_binding + what it carried off (its energy in the others' potential) is exact."""
+    rng = np.random.default_rng(6)
+    n = 40
+    t = _table(n, rng)
+    bstats = np.tile([1.0, 2.0, 1.0 / n], (2, 1))  # a large sigma: a very hard binary
+    e0 = _energy(t, np.arange(n), t["r"])
+    out, gidx, block_start, counts = _apply(t, _states(2), trips=[enc.TRIPLETS_PER_BLOCK + 2],
+                                            bstats=bstats)
+    assert counts[7] == 1 and counts[14] == 1
+    assert out["m"].size == n - 2
+    assert out["m"].sum() + counts[15] == pytest.approx(1.0, rel=1e-14)
+    e1 = _energy(out, gidx, t["r"]) + counts[16] + counts[17]
+    assert e1 == pytest.approx(e0, rel=1e-12)
+    assert counts[16] > 0.0
 
 
 def test_wide_binary_breaks_with_energy_from_its_block():
