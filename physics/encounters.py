@@ -198,14 +198,20 @@ def pair_velocities(vr_i: float, vt_i: float, vr_j: float, vt_j: float, phi: flo
             np.array([vt_j * math.cos(phi), vt_j * math.sin(phi), vr_j]))
 
 
+def relative_state(state: fewbody.InitialState) -> tuple[np.ndarray, np.ndarray, float]:
+    """Position and velocity of object 2's centre of mass relative to object 1's, and their
+    total mass, at the start of an encounter."""
+    g1, g2 = list(state.groups[0]), list(state.groups[1])
+    m = state.m
+    m1, m2 = m[g1].sum(), m[g2].sum()
+    x = (m[g2] @ state.x[g2]) / m2 - (m[g1] @ state.x[g1]) / m1
+    v = (m[g2] @ state.v[g2]) / m2 - (m[g1] @ state.v[g1]) / m1
+    return x, v, float(m1 + m2)
+
+
 def incoming_direction(state: fewbody.InitialState) -> np.ndarray:
     """Unit vector of object 2's velocity relative to object 1 at infinity (incoming)."""
-    g1, g2 = state.groups
-    m = state.m
-    m1, m2 = m[list(g1)].sum(), m[list(g2)].sum()
-    x = (m[list(g2)] @ state.x[list(g2)]) / m2 - (m[list(g1)] @ state.x[list(g1)]) / m1
-    v = (m[list(g2)] @ state.v[list(g2)]) / m2 - (m[list(g1)] @ state.v[list(g1)]) / m1
-    mu = m1 + m2
+    x, v, mu = relative_state(state)
     h = np.cross(x, v)
     hn = float(np.linalg.norm(h))
     if hn <= 1e-14 * float(np.linalg.norm(x)) * float(np.linalg.norm(v)):

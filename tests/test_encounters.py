@@ -131,12 +131,7 @@ def test_incoming_direction_is_the_asymptote():
     s1 = fewbody.single(2, 0.7)
     state = fewbody.initial_state(b1, s1, 0.4, 3.0, [0.2, 0.3, 0.4, 0.5] * 2)
     u = enc.incoming_direction(state)
-    g1, g2 = state.groups
-    m = state.m
-    m1, m2 = m[list(g1)].sum(), m[list(g2)].sum()
-    x = (m[list(g2)] @ state.x[list(g2)]) / m2 - (m[list(g1)] @ state.x[list(g1)]) / m1
-    v = (m[list(g2)] @ state.v[list(g2)]) / m2 - (m[list(g1)] @ state.v[list(g1)]) / m1
-    mu = m1 + m2
+    x, v, mu = enc.relative_state(state)
     # backwards with RK4 in log-spaced steps until the speed is v_inf to 1e-9
     h = -1e-2
     for _ in range(200000):
