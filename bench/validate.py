@@ -52,7 +52,7 @@ def analyse(outdir: Path) -> dict:
 
 def _all_results() -> list[dict]:
     """Every docs/validation_*.json written so far (so the report covers earlier runs too)."""
-    return [json.loads(p.read_text()) for p in sorted((ROOT / "docs").glob("validation_*.json"))]
+    return [json.loads(p.read_text()) for p in sorted((ROOT / "docs").glob("validation_N*.json"))]
 
 
 _ROWS = [("t(r_c < 0.1 r_c0) / t_rh0", "C code 17.0-17.8 (1e4-3e4), 16.6 (1e5)",
