@@ -6,7 +6,7 @@ thread each, into runs/validate_binaries/):
 
 * ``single_s1..3``: the 10^4-star equal-mass Plummer model of ``make run`` without primordial
   binaries, ``binaries.three_body = all``, to t = 25 t_rh0: collapse near the time the engine
-  finds without binaries (docs/validation.md: N_core <= 100 at 19.25 [18.85, 20.14] t_rh0 over 8
+  finds without binaries (docs/validation.md: N_core <= 100 at 19.45 [17.65, 20.56] t_rh0 over 8
   seeds), then three-body binaries form in the core and it bounces;
 * ``binaries10_s1..2``: the same model with 10 % hard primordial binaries (a log-uniform in
   [0.01, 0.3] a_hs), to t = 200 t_rh0 or the wall-clock limit ``--hours``: collapse delayed, then
@@ -101,35 +101,44 @@ def analyse_primordial(name: str) -> dict:
     d, attrs = _diag(name)
     t = d["time_trh"]
     ratio = d["r_c"] / d["r_h"]
-    k_min = int(np.argmin(ratio))
-    late = t >= t[k_min]
     nb0 = float(d["N_binaries"][0])
-    destroyed = float(np.sum(d["n_ionisations"]) + np.sum(d["n_wide_broken"]))
+    # core collapse: r_c below a tenth of its initial value (as for the models without binaries)
+    cc = int(np.argmax(d["r_c"] < 0.1 * d["r_c"][0]))
+    t_cc = float(t[cc])
+
+    def window(lo, hi, x):
+        k = (t >= lo) & (t < hi)
+        return float(np.median(x[k])) if k.any() else float("nan")
+
+    destroyed = np.cumsum(d["n_ionisations"] + d["n_wide_broken"])
+    at100 = int(np.searchsorted(t, 100.0)) - 1
     n_enc = float(np.sum(d["n_binary_single"]) + np.sum(d["n_binary_binary"]))
+    late = t >= t_cc
     return {
         "name": name, "t_end": float(t[-1]), "steps": int(d["step"][-1]),
         "stop_reason": str(attrs.get("stop_reason", "")),
-        "t_rc_min": float(t[k_min]), "rc_rh_min": float(ratio[k_min]),
-        "rc_rh_median_after_min": float(np.median(ratio[late])),
-        "rc_rh_range_after_min": [float(np.percentile(ratio[late], 10)),
-                                  float(np.percentile(ratio[late], 90))],
-        "N_core_min": float(np.min(d["N_core"])),
-        "binary_fraction_start": float(d["binary_fraction"][0]),
-        "binary_fraction_end": float(d["binary_fraction"][-1]),
-        "binary_fraction_core_start": float(d["binary_fraction_core"][0]),
-        "binary_fraction_core_end_median": float(np.median(
-            d["binary_fraction_core"][t >= t[-1] - 0.2 * (t[-1] - t[0])])),
-        "binaries_start": nb0, "binaries_end": float(d["N_binaries"][-1]),
-        "binaries_destroyed_fraction": destroyed / nb0,
-        "binaries_escaped": float(nb0 - d["N_binaries"][-1] - destroyed
-                                  + np.sum(d["n_three_body"])),
+        "t_rc_below_0.1_rc0": t_cc,
+        "rc_rh_median_tcc_to_50": window(t_cc, 50.0, ratio),
+        "rc_rh_median_50_to_100": window(50.0, 100.0, ratio),
+        "rc_rh_median_100_to_200": window(100.0, 200.0, ratio),
+        "r_h_at_100_over_r_h0": float(d["r_h"][at100] / d["r_h"][0]),
+        "binary_fraction_core_median_after_tcc": float(np.median(
+            d["binary_fraction_core"][late])),
+        "binary_fraction_median_after_tcc": float(np.median(d["binary_fraction"][late])),
+        "binaries_destroyed_by_100": float(destroyed[at100] / nb0),
+        "binaries_left_at_100": float(d["N_binaries"][at100] / nb0),
+        "binaries_destroyed_by_end": float(destroyed[-1] / nb0),
+        "binaries_left_at_end": float(d["N_binaries"][-1] / nb0),
         "encounters": n_enc,
         "binary_binary": float(np.sum(d["n_binary_binary"])),
-        "discarded_fraction": float(np.sum(d["n_encounters_discarded"])) / max(n_enc, 1.0),
         "exchanges": float(np.sum(d["n_exchanges"])),
-        "three_body": float(np.sum(d["n_three_body"])),
+        "triples_split": float(np.sum(d["n_triples"])),
+        "objects_ejected": float(np.sum(d["n_ejected"])),
+        "discarded_fraction": float(np.sum(d["n_encounters_discarded"])) / max(n_enc, 1.0),
         "max_abs_dE_rel": float(np.max(np.abs(d["dE_rel"]))),
-        "E_encounters": float(d["E_encounters"][-1]),
+        "E_binding_start_over_E0": float(d["E_binding"][0] / abs(attrs["e0"])),
+        "E_encounters_over_E0": float(d["E_encounters"][-1] / abs(attrs["e0"])),
+        "E_oops_over_E0": float(d["E_oops"][-1] / abs(attrs["e0"])),
         "mass_lost_fraction": float(d["M_escaped"][-1]),
     }
 
@@ -152,12 +161,14 @@ def plot(names: list[str]) -> None:
             ax[0, 0].plot(t[k], (d["r_c"] / d["r_h"])[k], "k.", ms=4)
         else:
             ax[1, 1].plot(t, d["binary_fraction"], lw=0.8, label=f"{name} all")
-            ax[1, 1].plot(t, d["binary_fraction_core"], lw=0.6, alpha=0.7,
-                          label=f"{name} core")
+            # the core holds a few hundred objects: a running mean over 500 steps
+            k = min(500, t.size)
+            core = np.convolve(d["binary_fraction_core"], np.ones(k) / k, mode="valid")
+            ax[1, 1].plot(t[k - 1:], core, lw=0.8, label=f"{name} core (500-step mean)")
         ax[2, col].plot(t, d["dE_rel"], lw=0.8, label=name)
     ax[0, 0].set_title("equal masses, no primordial binaries, three-body binaries on\n"
                        "(dots: a three-body binary forms)")
-    ax[0, 1].set_title("10 % hard primordial binaries")
+    ax[0, 1].set_title("10 % hard primordial binaries (isolated cluster)")
     ax[0, 1].axhspan(0.03, 0.05, color="0.85", label="HTH06 N-body, f_b = 0.1")
     for a in ax[0]:
         a.set_ylabel("r_c / r_h")
@@ -193,7 +204,7 @@ def report(single: list[dict], prim: list[dict]) -> str:
             ("Equal masses, no primordial binaries, three-body binaries from any stars",
              single,
              "Target: collapse near the engine's time without binaries (N_core <= 100 at "
-             "19.25 [18.85, 20.14] t_rh0 over 8 seeds, docs/validation.md), then three-body "
+             "19.45 [17.65, 20.56] t_rh0 over 8 seeds, docs/validation.md), then three-body "
              "binaries form in the core and it bounces (r_c rises again) instead of collapsing "
              "to a handful of stars."),
             ("10 % hard primordial binaries", prim,
@@ -210,6 +221,32 @@ def report(single: list[dict], prim: list[dict]) -> str:
         for k in keys:
             lines.append(f"| {k} | " + " | ".join(_fmt(r[k]) for r in rows) + " |")
         lines.append("")
+    lines += [
+        "## Reading", "",
+        "* Without primordial binaries the core collapses at the engine's usual time; the "
+        "first three-body binary forms when N_core is down to a few stars (the rate goes as "
+        "n^2 v^-9 with hardness >= 5), then a handful of binaries and their encounters stop "
+        "the collapse and r_c/r_h climbs by three to four decades within 1-4 t_rh0.  At "
+        "N = 1e4 the core then contracts again (the start of gravothermal oscillations, as "
+        "expected above N ~ 7000; Goodman 1987, Breen & Heggie 2012); the runs stop at "
+        "25 t_rh0.",
+        "* With 10 % hard binaries the collapse comes 1-2 t_rh0 later than without and stops at "
+        "r_c/r_h ~ 0.02 (binary burning), inside a factor 2 of HTH06's 0.03-0.05.  The cluster "
+        "is isolated: the energy the binaries give (more than |E0|; their initial binding "
+        "energy is about half of E0, a log-uniform in [0.01, 0.3] a_hs) drives it to r_h ~ "
+        "10-12 r_h0 by 100 t_rh0 and 44 % of the mass out, so r_c/r_h falls to ~0.005 later; "
+        "HTH06 and Fregeau & Rasio (2007) model tidally limited clusters (tides are the next "
+        "issue).",
+        "* The core binary fraction stays about 1.7x the overall one.  By 100 t_rh0, 38 % of "
+        "the binaries were destroyed (ionised or broken as wide) and about 30 % ejected: more "
+        "than half are gone, as Gao et al. (1991) found, though destruction alone is below "
+        "half.",
+        "* Energy: |dE/E0| stays below 1.2e-4 through collapse and 200 t_rh0 of binary "
+        "burning, with the binaries' internal energy in the budget.  E_oops (the outer "
+        "binding energy of stable triples, split into binary + star, that the block's other "
+        "stars could not pay; CMC books it the same way) is 0.4-1 % of |E0| over the run.  "
+        "About 1 % of encounters were discarded (unresolved within 200 000 steps).",
+        ""]
     return "\n".join(lines) + "\n"
 
 
