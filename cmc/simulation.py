@@ -278,7 +278,7 @@ class Simulation:
             self.timers["relaxation"] += t3 - t2
             fields, gidx, block_start, counts, slots, slot_mass = enc.apply_events(
                 stars.as_dict(), self.offset, self.r_all, self.phi_all, states, *sel,
-                self.phys)
+                self.phys, self._integrate_encounters)
             if fields is not stars.as_dict():
                 self.stars = stars = StarTable(fields)
                 n = stars.n
@@ -439,6 +439,32 @@ class Simulation:
                                       eligible, states, n0, dt_nb, phys.eta_min, formed,
                                       block_stats, np.zeros((nb, 2)))
         return encounter, enc_phi, enc_w, formed, block_stats, wide
+
+    def _integrate_encounters(self, states: list, settings: EncounterSettings) -> list:
+        """This step's encounters of all ranks, dealt round-robin over the ranks (collective).
+
+        Encounters happen where the binaries meet, in the centre, which rank 0 holds: each
+        rank integrates every P-th of all ranks' encounters (each on its threads), and the
+        outcomes go back to their owners.  An outcome is a function of its initial state only,
+        so the result does not depend on who integrates it.
+        """
+        if self.size == 1:
+            return enc.integrate_concurrently(states, settings)
+        everyone = self.comm.allgather(states)
+        flat = [s for part in everyone for s in part]
+        mine = enc.integrate_concurrently(flat[self.rank::self.size], settings)
+        for out in mine:
+            if out is not None:
+                out.initial = None  # the owner has it
+        done = self.comm.allgather(mine)
+        first = sum(len(part) for part in everyone[:self.rank])
+        outs = []
+        for j in range(first, first + len(states)):
+            out = done[j % self.size][j // self.size]
+            if out is not None:
+                out.initial = flat[j]
+            outs.append(out)
+        return outs
 
     def _remove_unbound(self, gidx: np.ndarray, block_start: np.ndarray) -> tuple:
         """Remove the objects with ``phi_s + v^2/2 >= 0`` before the orbits are drawn.

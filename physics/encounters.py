@@ -420,9 +420,10 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
     ri, rj = blk.row(i), blk.row(j)
     obj1, obj2 = state.objects
     counts[1 if obj1.is_binary and obj2.is_binary else 0] += 1
-    if not out.valid:
+    if out is None or not out.valid:
         counts[6] += 1
-        log.info("encounter of %s and %s discarded (%s)", obj1.ids, obj2.ids, out.reason)
+        if out is not None:
+            log.info("encounter of %s and %s discarded (%s)", obj1.ids, obj2.ids, out.reason)
         return
     v_i, v_j = pair_velocities(ri["vr"], ri["vt"], rj["vr"], rj["vt"], phi)
     mi, mj = ri["m"], rj["m"]
@@ -523,26 +524,38 @@ def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
     counts[12] += left
 
 
-def _integrate_all(states: list[fewbody.InitialState], settings: fewbody.EncounterSettings
-                   ) -> list[fewbody.Outcome]:
+def _integrate_one(state: fewbody.InitialState, settings: fewbody.EncounterSettings
+                   ) -> fewbody.Outcome | None:
+    """One encounter; None (the encounter is discarded, and logged) if the integrator
+    raised, so that an error never leaves other ranks waiting."""
+    try:
+        return fewbody.integrate(state, settings)
+    except Exception:  # noqa: BLE001 -- any failure discards this encounter only
+        log.exception("encounter of %s and %s failed", *(o.ids for o in state.objects))
+        return None
+
+
+def integrate_concurrently(states: list[fewbody.InitialState],
+                           settings: fewbody.EncounterSettings) -> list[fewbody.Outcome | None]:
     """Integrate encounters on the numba thread count's worth of threads (the kernel releases
     the GIL); the outcomes do not depend on the number of threads."""
     import numba
 
     workers = min(len(states), numba.get_num_threads())
     if workers <= 1:
-        return [fewbody.integrate(s, settings) for s in states]
+        return [_integrate_one(s, settings) for s in states]
     from concurrent.futures import ThreadPoolExecutor
 
     # longest first would balance better, but their cost is not known in advance
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda s: fewbody.integrate(s, settings), states))
+        return list(pool.map(lambda s: _integrate_one(s, settings), states))
 
 
 def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
                  phi_all: np.ndarray, states: np.ndarray, encounter: np.ndarray,
                  enc_phi: np.ndarray, enc_w: np.ndarray, formed: np.ndarray,
-                 block_stats: np.ndarray, wide: np.ndarray, phys: BinaryPhysics) -> tuple:
+                 block_stats: np.ndarray, wide: np.ndarray, phys: BinaryPhysics,
+                 integrate_all=None) -> tuple:
     """Apply this step's encounters, three-body formations and wide-binary breaks.
 
     Parameters
@@ -562,6 +575,11 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     wide : ndarray of bool
         From :func:`select_wide_binaries`.
     phys : BinaryPhysics
+    integrate_all : callable, optional
+        ``integrate_all(states, settings) -> outcomes`` (None for an encounter that failed);
+        called exactly once, also with an empty list, so that a caller may make it a
+        collective (the cluster spreads encounters over MPI ranks).  Default: this process's
+        threads (:func:`integrate_concurrently`).
 
     Returns
     -------
@@ -583,7 +601,9 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     pairs = np.flatnonzero(encounter)
     trips = np.flatnonzero(formed)
     wides = np.flatnonzero(wide)
+    integrate_all = integrate_all or integrate_concurrently
     if pairs.size + trips.size + wides.size == 0:
+        integrate_all([], phys.settings)
         gidx = np.arange(offset, offset + n, dtype=np.int64)
         block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
         return fields, gidx, block_start, counts, np.zeros(0, np.int64), np.zeros(0)
@@ -610,8 +630,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
         else:
             draws.append(None)
     # 2. the encounters, concurrently (each a function of its initial state only)
-    outcomes = _integrate_all([d[0] for (_, kind, _), d in zip(events, draws, strict=True)
-                               if kind == 0], phys.settings)
+    outcomes = integrate_all([d[0] for (_, kind, _), d in zip(events, draws, strict=True)
+                              if kind == 0], phys.settings)
     # 3. write-back in the fixed order
     k_enc = 0
     for (b, kind, i), d in zip(events, draws, strict=True):
