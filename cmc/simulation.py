@@ -66,7 +66,7 @@ DIAG_UNITS = {
     "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir",
     "E_binding": "E_NB", "E_binding_escaped": "E_NB", "E_encounters": "E_NB",
     "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB", "E_slots": "E_NB",
-    "E_ejected": "E_NB",
+    "E_ejected": "E_NB", "E_mergers": "E_NB",
     "T_bs": "t_NB", "T_bb": "t_NB",
 }
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
@@ -98,6 +98,7 @@ class RunState:
     e_oops: float = 0.0
     e_slots: float = 0.0
     e_ejected: float = 0.0
+    e_mergers: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""
@@ -370,6 +371,7 @@ class Simulation:
         st.m_escaped += ev["m_ejected"]
         st.n_escaped += int(round(ev["n_ejected"]))
         st.e_ejected += ev["e_ejected"] + ev["e_bind_ejected"]
+        st.e_mergers += ev["e_mergers"]
         n_p1 = red[-1]
         self._n_p1 += int(n_p1)
         if self._n_p1 and (not self._p1_warned
@@ -616,8 +618,9 @@ class Simulation:
         r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]), self.mcum_all)[0])
         r_c, rho_c, n_core = core_properties(self.r_all, self.m_all, r_h)
         # the whole budget: bound, escaped, binaries' internal energy (bound and escaped),
-        # less what binary processes owe and could not take from their neighbours
-        e_tot = k + w + st.e_escaped + e_bind + st.e_bind_escaped - st.e_oops
+        # less what binary processes owe and could not take from their neighbours and what
+        # mergers dissipated
+        e_tot = k + w + st.e_escaped + e_bind + st.e_bind_escaped - st.e_oops - st.e_mergers
         f_bin_core = 0.0
         if s.has_binary_fields:
             n_obj_core = int(np.searchsorted(self.r_all, r_c, side="right"))
@@ -639,7 +642,7 @@ class Simulation:
             "binary_fraction": n_bin / max(self.n_total, 1),
             "binary_fraction_core": f_bin_core, "E_encounters": st.e_encounters,
             "E_three_body": st.e_three_body, "E_taken": st.e_taken, "E_oops": st.e_oops,
-            "E_slots": st.e_slots, "E_ejected": st.e_ejected,
+            "E_slots": st.e_slots, "E_ejected": st.e_ejected, "E_mergers": st.e_mergers,
         }
         base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
                 "beta_capped": 0.0, "n_escaped_step": 0.0, "T_bs": math.inf, "T_bb": math.inf,

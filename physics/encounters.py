@@ -76,7 +76,7 @@ COUNT_NAMES = (
     "n_binary_single", "n_binary_binary", "n_exchanges", "n_ionisations", "n_mergers",
     "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
     "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
-    "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected",
+    "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers",
 )
 
 
@@ -96,6 +96,10 @@ class BinaryPhysics:
         Hardness range of new three-body binaries (Morscher et al. 2015; CMC's 5 and 50).
     wide_factor : float
         Break binaries whose apocentre exceeds ``wide_factor n^(-1/3)`` (CMC: 0.1); 0: off.
+    radius_unit : float
+        One solar radius in the cluster's length unit: stellar radii (``rad``, ``bin_rad*``,
+        Rsun) become sticky spheres in encounters, which may merge.  0 (until a run has a
+        physical scale): point masses, no mergers.
     settings : EncounterSettings
         Few-body integrator settings.
     """
@@ -108,6 +112,7 @@ class BinaryPhysics:
     eta_min: float = 5.0
     eta_max: float = 50.0
     wide_factor: float = 0.1
+    radius_unit: float = 0.0
     settings: fewbody.EncounterSettings = fewbody.EncounterSettings()
 
 
@@ -364,12 +369,28 @@ def _members(rec: dict) -> dict[int, dict]:
                              "startype": rec["startype"]}}
 
 
-def _object(rec: dict) -> fewbody.StarObject:
+def _object(rec: dict, radius_unit: float) -> fewbody.StarObject:
     if rec["binind"] >= 0:
         return fewbody.binary((int(rec["bin_id1"]), int(rec["bin_id2"])),
                               (float(rec["bin_m1"]), float(rec["bin_m2"])),
-                              float(rec["bin_a"]), float(rec["bin_e"]))
-    return fewbody.single(int(rec["id"]), float(rec["m"]))
+                              float(rec["bin_a"]), float(rec["bin_e"]),
+                              (float(rec["bin_rad1"]) * radius_unit,
+                               float(rec["bin_rad2"]) * radius_unit))
+    return fewbody.single(int(rec["id"]), float(rec["m"]), float(rec["rad"]) * radius_unit)
+
+
+def _leaf(q: fewbody.Product, members: dict[int, dict], radius_unit: float) -> int:
+    """Star id of a single body of the outcome; a merger product becomes a new member under
+    its smallest id (mass and Msun mass summed, radius from the integrator, the largest
+    stellar type: stellar evolution will decide)."""
+    if len(q.ids) == 1:
+        return q.ids[0]
+    parts = [members[i] for i in q.ids]
+    sid = min(q.ids)
+    members[sid] = {"m": sum(p["m"] for p in parts), "m_msun": sum(p["m_msun"] for p in parts),
+                    "rad": q.radius / radius_unit if radius_unit > 0 else 0.0,
+                    "startype": max(p["startype"] for p in parts)}
+    return sid
 
 
 def _single_record(template: dict, sid: int, mem: dict, v: np.ndarray) -> dict:
@@ -406,7 +427,8 @@ def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: Bi
                      ) -> tuple[fewbody.InitialState, float]:
     """Draw the encounter of local rows (i, i + 1): its initial state and the spin angle of
     its frame about the relative velocity (10 uniforms from the block's sub-stream)."""
-    obj1, obj2 = _object(blk.row(i)), _object(blk.row(i + 1))
+    obj1 = _object(blk.row(i), phys.radius_unit)
+    obj2 = _object(blk.row(i + 1), phys.radius_unit)
     both = obj1.is_binary and obj2.is_binary
     rp = phys.x_bb * (obj1.a + obj2.a) if both else phys.x_bs * max(obj1.a, obj2.a)
     state = fewbody.sample_encounter(obj1, obj2, w, rp, states, blk.b, phys.settings.tidal_tol)
@@ -414,7 +436,7 @@ def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: Bi
 
 
 def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spin: float,
-               out: fewbody.Outcome, counts: np.ndarray) -> None:
+               out: fewbody.Outcome, counts: np.ndarray, radius_unit: float = 0.0) -> None:
     """Write back the products of the encounter of local rows (i, i + 1)."""
     j = i + 1
     ri, rj = blk.row(i), blk.row(j)
@@ -448,17 +470,19 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
             counts[5] += 1
         for q in parts:
             if q.is_single:
-                if len(q.ids) != 1:
-                    raise RuntimeError("merger products need stellar radii (not yet in the "
-                                       "cluster)")
-                new_recs.append(_single_record(ri, q.ids[0], members[q.ids[0]], v))
+                sid = _leaf(q, members, radius_unit)
+                new_recs.append(_single_record(ri, sid, members[sid], v))
             else:
                 c1, c2 = q.children
-                new_recs.append(_binary_record(ri, c1.ids[0], c2.ids[0], members, q.a, q.e, v,
-                                               old_ids))
+                new_recs.append(_binary_record(ri, _leaf(c1, members, radius_unit),
+                                               _leaf(c2, members, radius_unit), members, q.a,
+                                               q.e, v, old_ids))
     counts[2] += out.exchanges
     counts[3] += max(0, out.n_binaries_in - out.n_binaries_out)  # binaries destroyed
     counts[4] += out.mergers
+    # mechanical energy changed by mergers (a merged pair's orbital energy goes into the
+    # product: its negative binding energy leaves the budget), booked so E_tot is kept
+    counts[18] += out.de_merger
     counts[9] += _kinetic(new_recs) - k_before
     blk.place([i, j], [(i if k == 0 else j, rec) for k, rec in enumerate(new_recs)], counts)
     if e_outer < 0.0:
@@ -637,7 +661,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     for (b, kind, i), d in zip(events, draws, strict=True):
         blk = block(b)
         if kind == 0:
-            _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], counts)
+            _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], counts,
+                       phys.radius_unit)
             k_enc += 1
         elif kind == 1:
             _three_body(blk, i, block_stats[b], d, phys, counts)

@@ -169,7 +169,7 @@ def test_rotation_onto():
     np.testing.assert_allclose(rot @ [0, 0, 1.0], [0, 0, -1.0], atol=1e-12)
 
 
-def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None):
+def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None, phys=None):
     n = t["m"].size
     nb = states.shape[0]
     encounter = np.zeros(n // 2 + 1, dtype=bool)
@@ -189,7 +189,7 @@ def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None):
     bstats = np.tile([1.0, 0.1, 1.0 / n], (nb, 1)) if bstats is None else bstats
     phi_all, _ = compute_potential(t["r"], t["m"])
     return enc.apply_events(t, 0, t["r"], phi_all, states, encounter, phi, w, formed, bstats,
-                            wmask, enc.BinaryPhysics())[:4]
+                            wmask, phys or enc.BinaryPhysics())[:4]
 
 
 def _energy(t: dict, gidx: np.ndarray, r_slots: np.ndarray) -> float:
@@ -236,6 +236,36 @@ def test_encounter_write_back_conserves_energy_mass_and_stars(case):
     others = gidx[~np.isin(gidx, [20, 21])]
     np.testing.assert_array_equal(others, np.setdiff1d(np.arange(n), [20, 21]))
     assert np.unique(out["id"]).size == out["id"].size
+
+
+def test_sticky_sphere_mergers_in_the_cluster():
+    """Stars with radii (radius_unit > 0) merge in encounters: the merger product keeps the
+    smallest id and the summed mass; the mechanical energy the merger changed (the pair's
+    orbital energy, gone into the product) is booked (e_mergers),
+    so K + W + E_binding + ejected - e_mergers is conserved to the integrator's error."""
+    rng = np.random.default_rng(5)
+    n = 60
+    t = _table(n, rng, {21: (2e-4, 0.3, 0.8)})
+    t["vr"][20:22] = [0.01, -0.01]
+    t["vt"][20:22] = [0.02, 0.01]
+    t["rad"][20] = 1e-4  # in units of radius_unit = 1: half the binary's a
+    t["bin_rad1"][21] = t["bin_rad2"][21] = 1e-4
+    e0 = _energy(t, np.arange(n), t["r"])
+    ids0 = set(_star_ids(t))
+    phys = enc.BinaryPhysics(radius_unit=1.0)
+    out, gidx, block_start, counts = _apply(t, _states(3), pairs=[20], phys=phys)
+    assert counts[4] >= 1 and counts[6] == 0
+    assert counts[18] != 0.0  # merging a bound pair removes its (negative) orbital energy
+    # E_tot's terms: ejected energy, mergers, and what the products could not pay for the
+    # shells' energy change (here all three stars become one shell: W loses their mutual
+    # shell terms, more than the product's kinetic energy at these slow speeds)
+    e1 = _energy(out, gidx, t["r"]) + counts[16] + counts[17] - counts[18] - counts[12]
+    assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
+    assert out["m"].sum() + counts[15] == pytest.approx(1.0, rel=1e-14)
+    left = set(_star_ids(out))
+    assert left < ids0 and len(left) <= len(ids0) - counts[4]
+    merged = out["rad"][20:22].max()
+    assert merged >= 1e-4  # the product's radius comes back in Rsun
 
 
 def test_three_body_formation_energy_and_hardness():
