@@ -119,6 +119,9 @@ class BinariesConfig:
     eta_max: float = _p(50.0, "", "largest hardness of a three-body binary", lo=1.0)
     wide_factor: float = _p(0.1, "n^-1/3", "break binaries whose apocentre exceeds this times "
                             "the local interparticle distance (CMC: 0.1); 0: never", lo=0.0)
+    wide_hardness_min: float = _p(0.0, "", "also break binaries whose hardness m1 m2 / (a <m> "
+                                  "sigma^2) (sigma: mass-weighted 3-D dispersion of their "
+                                  "20-star block) is below this; 0: never", lo=0.0)
     integrator: str = _p("ar", "", "few-body integrator: ar (ours) or ias15 (REBOUND)",
                          choices=("ar", "ias15"))
     energy_tol: float = _p(1e-3, "", "discard an encounter whose relative energy error "

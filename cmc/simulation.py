@@ -138,7 +138,7 @@ class Simulation:
         self.phys = enc.BinaryPhysics(
             binary_single=b.binary_single, binary_binary=b.binary_binary, x_bs=b.x_bs,
             x_bb=b.x_bb, three_body=b.three_body, eta_min=b.eta_min, eta_max=b.eta_max,
-            wide_factor=b.wide_factor,
+            wide_factor=b.wide_factor, wide_hardness_min=b.wide_hardness_min,
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,
                                        collapse_tol=b.collapse_tol))
@@ -415,9 +415,10 @@ class Simulation:
         # wide binaries first: they are broken this step and meet no one (a wide binary's
         # cross section would make it meet someone in every step, so it would never break)
         wide = np.zeros(n, dtype=np.bool_)
-        if phys.wide_factor > 0.0:
-            enc.select_wide_binaries(self.r_all, self.offset, is_bin, stars.bin_a, stars.bin_e,
-                                     np.zeros(n, dtype=np.bool_), n0, phys.wide_factor, wide)
+        if phys.wide_factor > 0.0 or phys.wide_hardness_min > 0.0:
+            enc.select_wide_binaries(self.r_all, self.offset, stars.m, stars.vr, stars.vt, is_bin,
+                                     stars.bin_m1, stars.bin_m2, stars.bin_a, stars.bin_e, n0,
+                                     phys.wide_factor, phys.wide_hardness_min, wide)
         npairs = n // 2 + 1
         encounter = np.zeros(npairs, dtype=np.bool_)
         enc_phi = np.zeros(npairs)

@@ -96,6 +96,8 @@ class BinaryPhysics:
         Hardness range of new three-body binaries (Morscher et al. 2015; CMC's 5 and 50).
     wide_factor : float
         Break binaries whose apocentre exceeds ``wide_factor n^(-1/3)`` (CMC: 0.1); 0: off.
+    wide_hardness_min : float
+        Also break binaries softer than this (:func:`select_wide_binaries`); 0: off.
     radius_unit : float
         One solar radius in the cluster's length unit: stellar radii (``rad``, ``bin_rad*``,
         Rsun) become sticky spheres in encounters, which may merge.  0 (until a run has a
@@ -112,6 +114,7 @@ class BinaryPhysics:
     eta_min: float = 5.0
     eta_max: float = 50.0
     wide_factor: float = 0.1
+    wide_hardness_min: float = 0.0
     radius_unit: float = 0.0
     settings: fewbody.EncounterSettings = fewbody.EncounterSettings()
 
@@ -181,17 +184,35 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
 
 
 @njit(cache=True)
-def select_wide_binaries(r_all, offset, is_binary, bin_a, bin_e, busy, n0, wide_factor,
-                         out):
-    """Binaries whose apocentre ``a (1 + e)`` exceeds ``wide_factor n^(-1/3)`` (CMC's rule,
-    ``n`` the local number density), skipping rows in an encounter this step."""
-    for i in range(is_binary.shape[0]):
-        out[i] = False
-        if not is_binary[i] or busy[i]:
-            continue
-        dens = local_number_density(r_all, offset + i, n0) * n0
-        if dens > 0.0 and bin_a[i] * (1.0 + bin_e[i]) > wide_factor * dens ** (-1.0 / 3.0):
-            out[i] = True
+def select_wide_binaries(r_all, offset, m, vr, vt, is_binary, bin_m1, bin_m2, bin_a, bin_e,
+                         n0, wide_factor, hardness_min, out):
+    """Binaries to break: apocentre ``a (1 + e)`` beyond ``wide_factor n^(-1/3)`` (CMC's rule,
+    ``n`` the local number density; ``wide_factor = 0`` off), or hardness
+    ``m1 m2 / (a <m> sigma^2)`` below ``hardness_min`` (0 off; ``<m>`` and the mass-weighted
+    3-D ``sigma^2`` of the binary's 20-star block, the convention of the three-body binaries).
+    """
+    n = is_binary.shape[0]
+    for b in range((n + MIN_CHUNK - 1) // MIN_CHUNK):
+        i0 = b * MIN_CHUNK
+        i1 = min(i0 + MIN_CHUNK, n)
+        mv2 = 0.0
+        msum = 0.0
+        for i in range(i0, i1):
+            mv2 += m[i] * (vr[i] * vr[i] + vt[i] * vt[i])
+            msum += m[i]
+        kt = mv2 / (i1 - i0)  # <m> sigma^2 = sum m v^2 / count
+        for i in range(i0, i1):
+            out[i] = False
+            if not is_binary[i]:
+                continue
+            if wide_factor > 0.0:
+                dens = local_number_density(r_all, offset + i, n0) * n0
+                if dens > 0.0 and (bin_a[i] * (1.0 + bin_e[i])
+                                   > wide_factor * dens ** (-1.0 / 3.0)):
+                    out[i] = True
+            if hardness_min > 0.0 and kt > 0.0:
+                if bin_m1[i] * bin_m2[i] / (bin_a[i] * kt) < hardness_min:
+                    out[i] = True
 
 
 # ------------------------------------------------------------------------ geometry helpers

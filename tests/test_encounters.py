@@ -340,17 +340,26 @@ def test_wide_binary_breaks_with_energy_from_its_block():
 
 
 def test_select_wide_binaries_rule():
+    """Apocentre rule (CMC's 0.1 n^(-1/3)) and the optional hardness threshold."""
     rng = np.random.default_rng(8)
     n = 200
-    t = _table(n, rng, {10: (1e-4, 0.0, 1.0), 11: (0.5, 0.0, 1.0), 12: (0.5, 0.0, 1.0)})
-    busy = np.zeros(n, dtype=bool)
-    busy[12] = True
+    t = _table(n, rng, {10: (1e-4, 0.0, 1.0), 11: (0.5, 0.0, 1.0), 30: (2e-3, 0.0, 1.0)})
+    args = (t["r"], 0, t["m"], t["vr"], t["vt"], t["binind"] >= 0, t["bin_m1"], t["bin_m2"],
+            t["bin_a"], t["bin_e"], float(n))
     out = np.zeros(n, dtype=bool)
-    enc.select_wide_binaries(t["r"], 0, t["binind"] >= 0, t["bin_a"], t["bin_e"], busy,
-                             float(n), 0.1, out)
+    enc.select_wide_binaries(*args, 0.1, 0.0, out)
     dens = local_number_density(t["r"], 11, float(n)) * n
     assert 0.5 > 0.1 * dens ** (-1 / 3)  # the wide one is wide by the rule
     assert list(np.flatnonzero(out)) == [11]
+    # hardness of row 30 in its block's units; a threshold just above it breaks it (and
+    # only the apocentre rule's one besides)
+    blk = slice(20, 40)
+    kt = np.sum(t["m"][blk] * (t["vr"][blk] ** 2 + t["vt"][blk] ** 2)) / 20
+    eta = t["bin_m1"][30] * t["bin_m2"][30] / (t["bin_a"][30] * kt)
+    enc.select_wide_binaries(*args, 0.0, 1.01 * eta, out)
+    assert 30 in np.flatnonzero(out) and 10 not in np.flatnonzero(out)
+    enc.select_wide_binaries(*args, 0.0, 0.99 * eta, out)
+    assert 30 not in np.flatnonzero(out)
 
 
 def test_three_body_selection_frequency():
