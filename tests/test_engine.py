@@ -109,6 +109,32 @@ def test_restart_is_bit_for_bit(tmp_path, emulate, binaries):
             np.testing.assert_array_equal(da[k], db[k], err_msg=k)
 
 
+def test_restart_with_three_body_binaries_is_bit_for_bit(tmp_path):
+    """Restart in a collapsed core where three-body binaries form (tests/data, eta_min = 3)
+    after the restart point: bit for bit."""
+    from pathlib import Path
+
+    from cmc.cli import main
+
+    data = Path(__file__).resolve().parent / "data" / "collapsed_core_n2000.h5"
+    ini = tmp_path / "m.ini"
+    ini.write_text(f"[initial]\nmodel = file\nfile = {data}\nseed = 12\n"
+                   "[run]\nmax_steps = 60\nemulate_ranks = 3\nn_core_stop = 0\n"
+                   "[binaries]\nthree_body = all\neta_min = 3\n"
+                   "[output]\ncheckpoint_every = 7\n")
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["run", str(ini), "-o", str(a)]) == 0
+    assert main(["run", str(ini), "-o", str(b), "--set", "run.max_steps=13"]) == 0
+    assert main(["restart", str(b), "--set", "run.max_steps=60"]) == 0
+    sa, ra, da = _final(a)
+    sb, rb, db = _final(b)
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+    np.testing.assert_array_equal(ra, rb)
+    np.testing.assert_array_equal(da["E_tot"], db["E_tot"])
+    assert np.sum(da["n_three_body"][14:]) >= 1
+
+
 def test_energy_is_conserved_with_binary_encounters():
     """K + W + escaped + binding energy (bound and escaped) is conserved through strong
     encounters to 2e-5 of E0 over 150 steps (measured 7e-7; the same model without binaries,
