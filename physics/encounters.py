@@ -120,6 +120,17 @@ class BinaryPhysics:
 
 
 # ---------------------------------------------------------------------------------- kernels
+@njit(cache=True, inline="always")
+def _block_mv2(m, vr, vt, i0, i1):
+    """(sum m v^2, sum m) over rows i0 .. i1 - 1."""
+    mv2 = 0.0
+    msum = 0.0
+    for i in range(i0, i1):
+        mv2 += m[i] * (vr[i] * vr[i] + vt[i] * vt[i])
+        msum += m[i]
+    return mv2, msum
+
+
 @njit(cache=True, parallel=True)
 def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta_min,
                       formed, block_stats, tb_stats):
@@ -152,11 +163,7 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
     for b in prange(nb):
         i0 = b * MIN_CHUNK
         i1 = min(i0 + MIN_CHUNK, n)
-        mv2 = 0.0
-        msum = 0.0
-        for i in range(i0, i1):
-            mv2 += m[i] * (vr[i] * vr[i] + vt[i] * vt[i])
-            msum += m[i]
+        mv2, msum = _block_mv2(m, vr, vt, i0, i1)
         cnt = i1 - i0
         sigma2 = mv2 / msum if msum > 0.0 else 0.0
         vrel = 4.0 * np.sqrt(sigma2 / (3.0 * np.pi))
@@ -195,11 +202,7 @@ def select_wide_binaries(r_all, offset, m, vr, vt, is_binary, bin_m1, bin_m2, bi
     for b in range((n + MIN_CHUNK - 1) // MIN_CHUNK):
         i0 = b * MIN_CHUNK
         i1 = min(i0 + MIN_CHUNK, n)
-        mv2 = 0.0
-        msum = 0.0
-        for i in range(i0, i1):
-            mv2 += m[i] * (vr[i] * vr[i] + vt[i] * vt[i])
-            msum += m[i]
+        mv2, _ = _block_mv2(m, vr, vt, i0, i1)
         kt = mv2 / (i1 - i0)  # <m> sigma^2 = sum m v^2 / count
         for i in range(i0, i1):
             out[i] = False

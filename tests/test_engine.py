@@ -77,25 +77,31 @@ def _final(outdir):
     return stars, streams, diag
 
 
+def _stopped_and_restarted(tmp_path, ini_text: str, stop: int, total: int):
+    """Run ``ini_text`` to ``total`` steps, and again stopped at ``stop`` and restarted to
+    ``total``; assert equal stars and streams; return both runs' (stars, streams, diag)."""
+    from cmc.cli import main
+
+    ini = tmp_path / "m.ini"
+    ini.write_text(ini_text)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["run", str(ini), "-o", str(a), "--set", f"run.max_steps={total}"]) == 0
+    assert main(["run", str(ini), "-o", str(b), "--set", f"run.max_steps={stop}"]) == 0
+    assert main(["restart", str(b), "--set", f"run.max_steps={total}"]) == 0
+    fa, fb = _final(a), _final(b)
+    for k in fa[0]:
+        np.testing.assert_array_equal(fa[0][k], fb[0][k], err_msg=k)
+    np.testing.assert_array_equal(fa[1], fb[1])
+    return fa, fb
+
+
 @pytest.mark.parametrize("emulate,binaries", [(0, 0.0), (3, 0.0), (3, 0.2)])
 def test_restart_is_bit_for_bit(tmp_path, emulate, binaries):
     """A run stopped and restarted equals the uninterrupted run in every bit (also with
     primordial binaries: the binary table travels through the checkpoint)."""
-    from cmc.cli import main
-
-    ini = tmp_path / "m.ini"
-    ini.write_text(f"[initial]\nn = 2000\nseed = 5\nbinary_fraction = {binaries}\n"
-                   f"[run]\nmax_steps = 30\nemulate_ranks = {emulate}\n"
-                   "[output]\ncheckpoint_every = 7\n")
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(["run", str(ini), "-o", str(a)]) == 0
-    assert main(["run", str(ini), "-o", str(b), "--set", "run.max_steps=13"]) == 0
-    assert main(["restart", str(b), "--set", "run.max_steps=30"]) == 0
-    sa, ra, da = _final(a)
-    sb, rb, db = _final(b)
-    for k in sa:
-        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
-    np.testing.assert_array_equal(ra, rb)
+    (sa, _, da), (_, _, db) = _stopped_and_restarted(
+        tmp_path, f"[initial]\nn = 2000\nseed = 5\nbinary_fraction = {binaries}\n"
+        f"[run]\nemulate_ranks = {emulate}\n[output]\ncheckpoint_every = 7\n", 13, 30)
     for k in ("time", "E_tot", "r_c", "N", "lagrange_radii", "E_binding"):
         np.testing.assert_array_equal(da[k], db[k], err_msg=k)
     assert da["step"][-1] == 30
@@ -114,23 +120,11 @@ def test_restart_with_three_body_binaries_is_bit_for_bit(tmp_path):
     after the restart point: bit for bit."""
     from pathlib import Path
 
-    from cmc.cli import main
-
     data = Path(__file__).resolve().parent / "data" / "collapsed_core_n2000.h5"
-    ini = tmp_path / "m.ini"
-    ini.write_text(f"[initial]\nmodel = file\nfile = {data}\nseed = 12\n"
-                   "[run]\nmax_steps = 60\nemulate_ranks = 3\nn_core_stop = 0\n"
-                   "[binaries]\nthree_body = all\neta_min = 3\n"
-                   "[output]\ncheckpoint_every = 7\n")
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(["run", str(ini), "-o", str(a)]) == 0
-    assert main(["run", str(ini), "-o", str(b), "--set", "run.max_steps=13"]) == 0
-    assert main(["restart", str(b), "--set", "run.max_steps=60"]) == 0
-    sa, ra, da = _final(a)
-    sb, rb, db = _final(b)
-    for k in sa:
-        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
-    np.testing.assert_array_equal(ra, rb)
+    (_, _, da), (_, _, db) = _stopped_and_restarted(
+        tmp_path, f"[initial]\nmodel = file\nfile = {data}\nseed = 12\n"
+        "[run]\nemulate_ranks = 3\nn_core_stop = 0\n"
+        "[binaries]\nthree_body = all\neta_min = 3\n[output]\ncheckpoint_every = 7\n", 13, 60)
     np.testing.assert_array_equal(da["E_tot"], db["E_tot"])
     assert np.sum(da["n_three_body"][14:]) >= 1
 
