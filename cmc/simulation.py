@@ -40,7 +40,7 @@ from physics import encounters as enc
 from physics.binaries import binary_binary_timescale, binary_single_timescale, binding_energy
 from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
 from physics.fewbody import EncounterSettings
-from physics.orbits import ORBIT_OK, block_rows, new_orbits_rows
+from physics.orbits import ORBIT_OK, block_rows, new_orbits_rows, specific_energies
 from physics.potential import compute_potential, potential_at_sorted_radii, potential_energy
 from physics.relaxation import (
     block_moments,
@@ -482,8 +482,7 @@ class Simulation:
         Returns (stars, gidx, block_start, (energy, mass, number, binding energy)).
         """
         s = self.stars
-        e_spec = (self.phi_all[gidx] + s.m / self.r_all[gidx]
-                  + 0.5 * (s.vr * s.vr + s.vt * s.vt))
+        e_spec = specific_energies(self.r_all, self.phi_all, gidx, s.m, s.vr, s.vt)
         unbound = e_spec >= 0.0
         out = (0.0, 0.0, 0, 0.0)
         slots = np.zeros(0, dtype=np.int64)
@@ -499,10 +498,7 @@ class Simulation:
             gidx = gidx[keep]
             block_start = np.searchsorted(row_block[keep], np.arange(nb + 1)).astype(np.int64)
             # the mass left at each freed slot: the other rows there (products share slots)
-            mass = np.zeros(slots.size)
-            k = np.minimum(np.searchsorted(slots, gidx), slots.size - 1)
-            at = slots[k] == gidx
-            np.add.at(mass, k[at], s.m[at])
+            mass = enc.slot_masses(slots, gidx, s.m)
         self._update_slot_masses(slots, mass)
         return s, gidx, block_start, out
 

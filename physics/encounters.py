@@ -692,52 +692,52 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
             _three_body(blk, i, block_stats[b], d, phys, counts)
         else:
             _break_wide(blk, i, counts)
-    # assemble: untouched blocks as they are, touched blocks from their rows (+ extras)
+    # assemble in one O(N) pass per field: the kept rows in their order, the touched rows'
+    # new values written over them, the extra rows inserted at the end of their block
     keep = np.ones(n, dtype=bool)
-    extra_recs: list[dict] = []
-    extra_block: list[int] = []
-    extra_gidx: list[int] = []
-    for b, blk in blocks.items():
+    for blk in blocks.values():
         for k, rec in enumerate(blk.rows):
             if rec is None:
                 keep[blk.i0 + k] = False
-        for g, rec in blk.extra:
-            extra_recs.append(rec)
-            extra_block.append(b)
-            extra_gidx.append(g)
-    out = {name: arr.copy() for name, arr in fields.items()}
-    for blk in blocks.values():
-        for k, rec in enumerate(blk.rows):
-            if rec is not None:
-                for name in out:
-                    out[name][blk.i0 + k] = rec[name]
+    new_row = np.cumsum(keep) - 1  # row of each kept original row in the kept arrays
+    written = [(int(new_row[blk.i0 + k]), rec) for blk in blocks.values()
+               for k, rec in enumerate(blk.rows) if rec is not None]
+    extras = [(b, g, rec) for b, blk in blocks.items() for g, rec in blk.extra]  # block order
+    n_kept = int(keep.sum())
     row_block = np.arange(n, dtype=np.int64) // MIN_CHUNK
-    gidx = np.arange(offset, offset + n, dtype=np.int64)
-    if extra_recs or not keep.all():
-        ne = len(extra_recs)
-        for name in out:
-            ext = np.array([rec[name] for rec in extra_recs], dtype=out[name].dtype)
-            out[name] = np.concatenate([out[name][keep], ext])
-        blocks_all = np.concatenate([row_block[keep], np.asarray(extra_block, dtype=np.int64)])
-        gidx = np.concatenate([gidx[keep], np.asarray(extra_gidx, dtype=np.int64)])
-        seq = np.concatenate([np.arange(int(keep.sum())), np.arange(ne) + n])
-        order = np.lexsort((seq, blocks_all))
-        out = {name: arr[order] for name, arr in out.items()}
-        gidx = gidx[order]
-        blocks_all = blocks_all[order]
-        block_start = np.searchsorted(blocks_all, np.arange(nb + 1)).astype(np.int64)
-    else:
-        block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
-    # mass now at each slot of the touched blocks (rows summed in row order)
-    touched = sorted(blocks)
+    # extras go after the last kept row of their block
+    at = np.searchsorted(row_block[keep], [b for b, _, _ in extras], side="right")
+    out = {}
+    for name, arr in fields.items():
+        col = arr[keep] if n_kept < n else arr.copy()
+        for r, rec in written:
+            col[r] = rec[name]
+        if extras:
+            col = np.insert(col, at, np.array([rec[name] for _, _, rec in extras],
+                                               dtype=arr.dtype))
+        out[name] = col
+    gidx = np.arange(offset, offset + n, dtype=np.int64)[keep]
+    blocks_all = row_block[keep]
+    if extras:
+        gidx = np.insert(gidx, at, np.array([g for _, g, _ in extras], dtype=np.int64))
+        blocks_all = np.insert(blocks_all, at, np.array([b for b, _, _ in extras],
+                                                        dtype=np.int64))
+    block_start = np.searchsorted(blocks_all, np.arange(nb + 1)).astype(np.int64)
+    # every slot of the touched blocks, with the mass now there
     slots = np.concatenate([np.arange(offset + blocks[b].i0, offset + blocks[b].i1)
-                            for b in touched]).astype(np.int64)
-    slot_mass = np.zeros(slots.size)
-    pos = {int(g): k for k, g in enumerate(slots)}
-    for b in touched:
-        for r in range(int(block_start[b]), int(block_start[b + 1])):
-            slot_mass[pos[int(gidx[r])]] += out["m"][r]
-    return out, gidx, block_start, counts, slots, slot_mass
+                            for b in sorted(blocks)]).astype(np.int64)
+    return out, gidx, block_start, counts, slots, slot_masses(slots, gidx, out["m"])
+
+
+def slot_masses(slots: np.ndarray, gidx: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Mass at each of the sorted ``slots``: the sum of the rows there (``gidx`` each row's
+    slot), in row order; 0 where no row is left."""
+    mass = np.zeros(slots.size)
+    if slots.size:
+        k = np.minimum(np.searchsorted(slots, gidx), slots.size - 1)
+        at = slots[k] == gidx
+        np.add.at(mass, k[at], m[at])
+    return mass
 
 
 @njit(cache=True)

@@ -441,3 +441,15 @@ def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, stat
             viol += out[5]
         counters[blk, 0] = tr
         counters[blk, 1] = viol
+
+
+@njit(cache=True, parallel=True)
+def specific_energies(r_all, phi_all, gidx, m, vr, vt):
+    """Each row's specific energy ``phi_s + v^2/2`` at its slot (own shell removed), as the
+    orbit kernel computes it; ``>= 0`` means unbound."""
+    n = m.shape[0]
+    e = np.empty(n)
+    for i in prange(n):
+        s = gidx[i]
+        e[i] = phi_all[s] + m[i] / r_all[s] + 0.5 * (vr[i] * vr[i] + vt[i] * vt[i])
+    return e

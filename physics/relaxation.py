@@ -16,6 +16,7 @@ from numba import njit, prange
 
 from parallel.decomposition import MIN_CHUNK
 from parallel.rng import taus_uniform
+from physics.binaries import strong_encounter_cross_section
 
 #: Neighbours on each side for the local density of a pair (the C code's AVEKERNEL).
 DENSITY_NEIGHBOURS = 20
@@ -304,8 +305,7 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, states, dt
                     else:
                         rp = x_bs * (bin_a[i] if is_binary[i] else bin_a[j])
                     dens = local_number_density(r_all, offset + j, n0) * n0
-                    s = np.pi * rp * rp * (1.0 + 2.0 * (m[i] + m[j]) / (rp * w * w))
-                    p = dens * w * s * dt_nb
+                    p = dens * w * strong_encounter_cross_section(rp, m[i] + m[j], w) * dt_nb
                     if p >= 1.0:
                         n_p1 += 1.0
                     if p > p_max:
