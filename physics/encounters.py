@@ -78,6 +78,8 @@ COUNT_NAMES = (
     "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
     "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers",
 )
+#: Index of each counter in the array :func:`apply_events` returns.
+C = {name: k for k, name in enumerate(COUNT_NAMES)}
 
 
 @dataclass(frozen=True)
@@ -316,27 +318,27 @@ class _Block:
             for _, rec in products:
                 rec["vr"] *= f
                 rec["vt"] *= f
-            counts[13] += -dw if k - dw >= 0.0 else k
+            counts[C["e_slots"]] += -dw if k - dw >= 0.0 else k
             if k - dw < 0.0:
-                counts[12] += dw - k
+                counts[C["e_oops"]] += dw - k
         products = list(products)
         ejected = True
         while ejected and products:
             ejected = False
             for k, (i, rec) in enumerate(products):
-                g = g_of[i]
-                x = self.r_all[g]
-                phi = self.phi_all[g] + sum(mq / max(x, self.r_all[gq]) for gq, mq in old)
+                # the other shells as they now are: old ones out, the other products in
+                x = self.r_all[g_of[i]]
+                phi = _outside_potential(self.r_all, self.phi_all, g_of[i], old)
                 phi -= sum(float(o["m"]) / max(x, self.r_all[g_of[io]])
                            for kk, (io, o) in enumerate(products) if kk != k)
                 e = float(rec["m"]) * (phi + 0.5 * (rec["vr"] ** 2 + rec["vt"] ** 2))
                 if e >= 0.0:
-                    counts[14] += 1
-                    counts[15] += float(rec["m"])
-                    counts[16] += e
+                    counts[C["n_ejected"]] += 1
+                    counts[C["m_ejected"]] += float(rec["m"])
+                    counts[C["e_ejected"]] += e
                     if rec["binind"] >= 0:
-                        counts[17] += float(binding_energy(rec["bin_m1"], rec["bin_m2"],
-                                                           rec["bin_a"]))
+                        counts[C["e_bind_ejected"]] += float(binding_energy(
+                            rec["bin_m1"], rec["bin_m2"], rec["bin_a"]))
                     del products[k]
                     ejected = True
                     break
@@ -365,14 +367,20 @@ class _Block:
         return take, amount - take
 
 
+def _outside_potential(r_all: np.ndarray, phi_all: np.ndarray, g: int,
+                       removed: list[tuple[int, float]]) -> float:
+    """Potential at slot ``g`` of all shells but the ``removed`` ones (slot, mass)."""
+    x = r_all[g]
+    return phi_all[g] + sum(mq / max(x, r_all[gq]) for gq, mq in removed)
+
+
 def _shell_energy_change(r_all: np.ndarray, phi_all: np.ndarray,
                          old: list[tuple[int, float]], new: list[tuple[int, float]]) -> float:
     """Change of the shells' pair energy ``W = -sum m_a m_b / max(r_a, r_b)`` when the shells
     ``old`` (slot, mass) are replaced by ``new`` (slots are indices of ``r_all``; ``phi_all``
     the potential of all shells at them)."""
-    def outside(g: int) -> float:  # potential of the other shells at slot g
-        x = r_all[g]
-        return phi_all[g] + sum(mq / max(x, r_all[gq]) for gq, mq in old)
+    def outside(g: int) -> float:
+        return _outside_potential(r_all, phi_all, g, old)
 
     def pairs(shells: list[tuple[int, float]]) -> float:
         return -sum(ma * mb / max(r_all[ga], r_all[gb])
@@ -465,9 +473,10 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
     j = i + 1
     ri, rj = blk.row(i), blk.row(j)
     obj1, obj2 = state.objects
-    counts[1 if obj1.is_binary and obj2.is_binary else 0] += 1
+    counts[C["n_binary_binary"] if obj1.is_binary and obj2.is_binary
+           else C["n_binary_single"]] += 1
     if out is None or not out.valid:
-        counts[6] += 1
+        counts[C["n_encounters_discarded"]] += 1
         if out is not None:
             log.info("encounter of %s and %s discarded (%s)", obj1.ids, obj2.ids, out.reason)
         return
@@ -491,7 +500,7 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
         if p.n_bodies == 3:  # stable triple: inner binary and outer star go their own ways
             e_outer += float(binding_energy(p.children[0].m, p.children[1].m, p.a))
             parts = list(p.children)
-            counts[5] += 1
+            counts[C["n_triples"]] += 1
         for q in parts:
             if q.is_single:
                 sid = _leaf(q, members, radius_unit)
@@ -501,18 +510,19 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
                 new_recs.append(_binary_record(ri, _leaf(c1, members, radius_unit),
                                                _leaf(c2, members, radius_unit), members, q.a,
                                                q.e, v, old_ids))
-    counts[2] += out.exchanges
-    counts[3] += max(0, out.n_binaries_in - out.n_binaries_out)  # binaries destroyed
-    counts[4] += out.mergers
+    counts[C["n_exchanges"]] += out.exchanges
+    # binaries destroyed
+    counts[C["n_ionisations"]] += max(0, out.n_binaries_in - out.n_binaries_out)
+    counts[C["n_mergers"]] += out.mergers
     # mechanical energy changed by mergers (a merged pair's orbital energy goes into the
     # product: its negative binding energy leaves the budget), booked so E_tot is kept
-    counts[18] += out.de_merger
-    counts[9] += _kinetic(new_recs) - k_before
+    counts[C["e_mergers"]] += out.de_merger
+    counts[C["e_encounters"]] += _kinetic(new_recs) - k_before
     blk.place([i, j], [(i if k == 0 else j, rec) for k, rec in enumerate(new_recs)], counts)
     if e_outer < 0.0:
         taken, left = blk.take_energy(-e_outer, new_recs)
-        counts[11] += taken
-        counts[12] += left
+        counts[C["e_taken"]] += taken
+        counts[C["e_oops"]] += left
 
 
 def _three_body_draws(blk: _Block, states: np.ndarray) -> np.ndarray:
@@ -552,8 +562,8 @@ def _three_body(blk: _Block, i: int, bstats: np.ndarray, u: np.ndarray,
     single = dict(recs[2])
     single["vr"] = float(out_v[1, 2])
     single["vt"] = math.hypot(float(out_v[1, 0]), float(out_v[1, 1]))
-    counts[7] += 1
-    counts[10] += _kinetic((binrec, single)) - k_before
+    counts[C["n_three_body"]] += 1
+    counts[C["e_three_body"]] += _kinetic((binrec, single)) - k_before
     blk.place([i, i + 1, i + 2], [(i, binrec), (i + 2, single)], counts)
 
 
@@ -567,9 +577,9 @@ def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
     parts = [_single_record(rec, id1, mem1, v), _single_record(rec, id2, mem2, v)]
     blk.place([i], [(i, parts[0]), (i, parts[1])], counts)
     taken, left = blk.take_energy(-e_b, parts)
-    counts[8] += 1
-    counts[11] += taken
-    counts[12] += left
+    counts[C["n_wide_broken"]] += 1
+    counts[C["e_taken"]] += taken
+    counts[C["e_oops"]] += left
 
 
 def _integrate_one(state: fewbody.InitialState, settings: fewbody.EncounterSettings

@@ -18,6 +18,7 @@ from parallel.streams import Streams
 from physics import encounters as enc
 from physics import fewbody
 from physics.binaries import binding_energy
+from physics.encounters import C
 from physics.potential import compute_potential, potential_energy
 from physics.relaxation import local_number_density, relax_or_select_pairs, relax_pairs
 
@@ -215,18 +216,19 @@ def test_encounter_write_back_conserves_energy_mass_and_stars(case):
     e0 = _energy(t, np.arange(n), t["r"])
     ids0 = _star_ids(t)
     out, gidx, block_start, counts = _apply(t, _states(3), pairs=[20])
-    assert counts[1 if case == "bb" else 0] == 1
-    assert counts[6] == 0  # not discarded
+    assert counts[C["n_binary_binary" if case == "bb" else "n_binary_single"]] == 1
+    assert counts[C["n_encounters_discarded"]] == 0  # not discarded
     # what an ejected product carried off (energy in the others' potential, internal energy)
-    e1 = _energy(out, gidx, t["r"]) + counts[16] + counts[17]
+    e1 = _energy(out, gidx, t["r"]) + counts[C["e_ejected"]] + counts[C["e_bind_ejected"]]
     assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
-    if counts[14] == 0:
+    if counts[C["n_ejected"]] == 0:
         # the kinetic energy changes by the encounter's release and the slots' correction
-        assert counts[9] + counts[13] == pytest.approx(_kinetic(out) - _kinetic(t), rel=1e-10)
+        assert counts[C["e_encounters"]] + counts[C["e_slots"]] == pytest.approx(
+            _kinetic(out) - _kinetic(t), rel=1e-10)
         np.testing.assert_array_equal(_star_ids(out), ids0)
-    assert abs(counts[13]) < 0.1 * abs(counts[9])
+    assert abs(counts[C["e_slots"]]) < 0.1 * abs(counts[C["e_encounters"]])
     assert set(_star_ids(out)) <= set(ids0)
-    assert out["m"].sum() + counts[15] == pytest.approx(1.0, rel=1e-14)
+    assert out["m"].sum() + counts[C["m_ejected"]] == pytest.approx(1.0, rel=1e-14)
     b = out["binind"] >= 0
     np.testing.assert_allclose(out["bin_m1"][b] + out["bin_m2"][b], out["m"][b], rtol=1e-15)
     # the products are in block 1 at the slots of rows 20 and 21 (extras at the block's end)
@@ -254,16 +256,18 @@ def test_sticky_sphere_mergers_in_the_cluster():
     ids0 = set(_star_ids(t))
     phys = enc.BinaryPhysics(radius_unit=1.0)
     out, gidx, block_start, counts = _apply(t, _states(3), pairs=[20], phys=phys)
-    assert counts[4] >= 1 and counts[6] == 0
-    assert counts[18] != 0.0  # merging a bound pair removes its (negative) orbital energy
+    assert counts[C["n_mergers"]] >= 1 and counts[C["n_encounters_discarded"]] == 0
+    # merging a bound pair removes its (negative) orbital energy
+    assert counts[C["e_mergers"]] != 0.0
     # E_tot's terms: ejected energy, mergers, and what the products could not pay for the
     # shells' energy change (here all three stars become one shell: W loses their mutual
     # shell terms, more than the product's kinetic energy at these slow speeds)
-    e1 = _energy(out, gidx, t["r"]) + counts[16] + counts[17] - counts[18] - counts[12]
+    e1 = (_energy(out, gidx, t["r"]) + counts[C["e_ejected"]] + counts[C["e_bind_ejected"]]
+          - counts[C["e_mergers"]] - counts[C["e_oops"]])
     assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
-    assert out["m"].sum() + counts[15] == pytest.approx(1.0, rel=1e-14)
+    assert out["m"].sum() + counts[C["m_ejected"]] == pytest.approx(1.0, rel=1e-14)
     left = set(_star_ids(out))
-    assert left < ids0 and len(left) <= len(ids0) - counts[4]
+    assert left < ids0 and len(left) <= len(ids0) - counts[C["n_mergers"]]
     merged = out["rad"][20:22].max()
     assert merged >= 1e-4  # the product's radius comes back in Rsun
 
@@ -280,7 +284,7 @@ def test_three_body_formation_energy_and_hardness():
     bstats = np.tile([1.0, sigma2, m_mean], (2, 1))
     out, gidx, block_start, counts = _apply(t, _states(2), trips=[enc.TRIPLETS_PER_BLOCK + 2],
                                             bstats=bstats)
-    assert counts[7] == 1 and counts[14] == 0
+    assert counts[C["n_three_body"]] == 1 and counts[C["n_ejected"]] == 0
     b = np.flatnonzero(out["binind"] >= 0)
     assert b.size == 1
     row = b[0]
@@ -288,12 +292,12 @@ def test_three_body_formation_energy_and_hardness():
     eta = out["bin_m1"][row] * out["bin_m2"][row] / (a * m_mean * sigma2)
     assert 5.0 <= eta <= 50.0
     e_b = float(binding_energy(out["bin_m1"][row], out["bin_m2"][row], a))
-    assert counts[10] == pytest.approx(-e_b, rel=1e-10)
+    assert counts[C["e_three_body"]] == pytest.approx(-e_b, rel=1e-10)
     # K + W + E_b exact: the shells' energy change of moving mass between slots is paid by
     # the products' kinetic energy
     assert _energy(out, gidx, t["r"]) == pytest.approx(_energy(t, np.arange(n), t["r"]),
                                                        rel=1e-12)
-    assert _kinetic(out) - _kinetic(t) == pytest.approx(-e_b + counts[13], rel=1e-10)
+    assert _kinetic(out) - _kinetic(t) == pytest.approx(-e_b + counts[C["e_slots"]], rel=1e-10)
     assert out["m"].size == n - 1 and block_start[2] == n - 1
     np.testing.assert_array_equal(_star_ids(out), np.arange(n))
     assert out["id"][row] == enc.NEW_BINARY_ID_BASE + 26  # rows 26, 27 of block 1 paired
@@ -310,12 +314,12 @@ def test_ejected_product_leaves_with_its_energy():
     e0 = _energy(t, np.arange(n), t["r"])
     out, gidx, block_start, counts = _apply(t, _states(2), trips=[enc.TRIPLETS_PER_BLOCK + 2],
                                             bstats=bstats)
-    assert counts[7] == 1 and counts[14] == 1
+    assert counts[C["n_three_body"]] == 1 and counts[C["n_ejected"]] == 1
     assert out["m"].size == n - 2
-    assert out["m"].sum() + counts[15] == pytest.approx(1.0, rel=1e-14)
-    e1 = _energy(out, gidx, t["r"]) + counts[16] + counts[17]
+    assert out["m"].sum() + counts[C["m_ejected"]] == pytest.approx(1.0, rel=1e-14)
+    e1 = _energy(out, gidx, t["r"]) + counts[C["e_ejected"]] + counts[C["e_bind_ejected"]]
     assert e1 == pytest.approx(e0, rel=1e-12)
-    assert counts[16] > 0.0
+    assert counts[C["e_ejected"]] > 0.0
 
 
 def test_wide_binary_breaks_with_energy_from_its_block():
@@ -324,11 +328,11 @@ def test_wide_binary_breaks_with_energy_from_its_block():
     t = _table(n, rng, {5: (0.05, 0.2, 0.5)})
     e0 = _energy(t, np.arange(n), t["r"])
     out, gidx, block_start, counts = _apply(t, _states(2), wide=[5])
-    assert counts[8] == 1 and counts[12] == 0.0
+    assert counts[C["n_wide_broken"]] == 1 and counts[C["e_oops"]] == 0.0
     assert not (out["binind"] >= 0).any()
     assert out["m"].size == n + 1 and block_start[1] == 21
     assert _energy(out, gidx, t["r"]) == pytest.approx(e0, rel=1e-13)
-    assert counts[11] == pytest.approx(-float(binding_energy(
+    assert counts[C["e_taken"]] == pytest.approx(-float(binding_energy(
         t["bin_m1"][5], t["bin_m2"][5], t["bin_a"][5])), rel=1e-13)
     np.testing.assert_array_equal(_star_ids(out), _star_ids(t))
     # both members move with the binary's centre of mass, from its slot (their speeds raised
@@ -336,7 +340,8 @@ def test_wide_binary_breaks_with_energy_from_its_block():
     members = np.flatnonzero(np.isin(out["id"], [t["bin_id1"][5], t["bin_id2"][5]]))
     assert set(gidx[members]) == {5}
     assert out["vr"][members[0]] == out["vr"][members[1]]
-    assert counts[13] == pytest.approx(t["bin_m1"][5] * t["bin_m2"][5] / t["r"][5], rel=1e-12)
+    assert counts[C["e_slots"]] == pytest.approx(t["bin_m1"][5] * t["bin_m2"][5] / t["r"][5],
+                                                 rel=1e-12)
 
 
 def test_select_wide_binaries_rule():
