@@ -14,13 +14,13 @@ export OMP_NUM_THREADS ?= 1
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[mpi,dev]'
+	$(PY) -m pip install -q -e '.[mpi,mpich,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 run: install
-	$(BIN)/cmc run examples/plummer_small.ini -o runs/plummer_small
+	$(BIN)/cmc run examples/plummer_small.ini -o runs/plummer_small --resume
 	$(BIN)/cmc plot runs/plummer_small
 
 test: test-serial test-mpi
@@ -37,6 +37,7 @@ bench: install
 	$(PY) bench/run_bench.py $(BENCH_ARGS)
 	$(PY) bench/bench_fewbody.py $(BENCH_ARGS)
 	$(PY) bench/bench_binaries.py $(BENCH_ARGS)
+	$(PY) bench/bench_output.py $(BENCH_ARGS)
 
 validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)

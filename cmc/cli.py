@@ -1,7 +1,13 @@
-"""Command line: ``cmc run | restart | ic | plot | params | sweep``.
+"""Command line: ``cmc run | restart | ic | plot | params | sweep | summary``.
 
-Only this module touches ``MPI.COMM_WORLD``.  Bad input (unknown parameter, value out of
-range, unreadable file) ends with exit status 2 and one line naming the problem.
+Only this module touches ``MPI.COMM_WORLD``.  Exit codes are those of :mod:`cmc.errors`
+(README, "Exit codes"): 0 finished, 2 bad input, 3 physics failure, 4 I/O failure,
+75 stopped early but resumable, 1 internal error, 130 interrupted during set-up.
+
+Errors never leave ranks waiting: an error that every rank sees (a bad parameter, a bad
+checkpoint read by rank 0 and broadcast) ends every rank with the same code and one line from
+rank 0; any other exception on one rank prints one line from that rank and aborts the whole
+job (``MPI_Abort``), so no rank spins in a collective until the wall-clock limit.
 """
 
 from __future__ import annotations
@@ -10,91 +16,294 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from cmc.config import ConfigError, load_config, parameter_table
-from cmc.log import setup_logging
+from cmc.errors import (
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_IO,
+    CmcError,
+    InputError,
+    exit_code_for_stop,
+    is_disk_full,
+)
+from cmc.log import log_traceback, setup_logging
 
 log = logging.getLogger("cmc.cli")
+_WORLD: list = []
+
+#: Launcher variables that give the number of tasks it started; one of them above 1 while
+#: MPI sees a single rank means mpi4py is linked to another MPI library than the launcher's.
+_LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
+                       "MPI_LOCALNRANKS")
 
 
 def _world():
-    from parallel.comm import get_world_comm
+    if not _WORLD:
+        from parallel.comm import get_world_comm
 
-    return get_world_comm()
+        comm = get_world_comm()
+        _WORLD.append(comm)
+        if comm.Get_size() == 1:
+            _check_launcher(os.environ)
+    return _WORLD[0]
+
+
+def _check_launcher(env) -> None:
+    """Stop when a launcher started several tasks but MPI sees one rank each."""
+    sizes = {k: env.get(k) for k in _LAUNCHER_SIZE_VARS}
+    step = env.get("SLURM_STEP_ID", "")
+    if step.isdigit() and int(step) < 4294967290:  # an srun step, not the batch script
+        sizes["SLURM_STEP_NUM_TASKS"] = env.get("SLURM_STEP_NUM_TASKS")
+    for k, v in sizes.items():
+        if v and v.isdigit() and int(v) > 1:
+            raise InputError(f"the launcher started {v} tasks ({k}) but MPI sees 1 rank in "
+                             "each: mpi4py is built against another MPI library than the "
+                             "launcher's; reinstall it against the site's MPI (module load "
+                             "<mpi>; pip install --no-binary=mpi4py --force-reinstall mpi4py) "
+                             "or use the mpiexec that comes with it")
 
 
 def _set_threads(cfg_threads: int, comm) -> None:
     import numba
 
-    n = cfg_threads or max(1, (os.cpu_count() or 1) // comm.Get_size())
+    try:  # the cores this process may use (a batch job's allocation), not the node's
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    n = cfg_threads or max(1, cores // comm.Get_size())
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
 
 
-def _fail(msg: str, comm=None) -> int:
-    if comm is None or comm.Get_rank() == 0:
-        sys.stderr.write(f"cmc: error: {msg}\n")
-    return 2
+def _err(msg: str) -> None:
+    sys.stderr.write(f"cmc: error: {msg}\n")
+    sys.stderr.flush()
+
+
+def _on_root(comm, fn):
+    """Run ``fn()`` on rank 0 and broadcast its result; an :class:`InputError` or OSError
+    there is raised on every rank (collectively, so nobody aborts)."""
+    out: object = None
+    if comm.Get_rank() == 0:
+        try:
+            out = ("ok", fn())
+        except CmcError as exc:
+            out = ("err", exc.exit_code, str(exc))
+        except OSError as exc:
+            code = EXIT_IO if is_disk_full(exc) else EXIT_INPUT
+            where = f"{exc.filename}: " if exc.filename else ""
+            out = ("err", code, f"{where}{exc.strerror or exc}")
+    out = comm.bcast(out, root=0)
+    if out[0] == "err":
+        exc = InputError(out[2])
+        exc.exit_code = out[1]
+        exc.collective = True
+        raise exc
+    return out[1]
+
+
+def _warm_kernels(comm) -> None:
+    """Compile the step's numba kernels on rank 0 alone (with a message: it takes a minute
+    after an install or update) before the other ranks load them from the cache."""
+    if comm.Get_rank() == 0:
+        import numba
+
+        cache = Path(numba.config.CACHE_DIR or ".")
+        if not any(cache.rglob("orbits*.nbi")):
+            log.info("compiling kernels (the first run after an install or update takes about "
+                     "a minute; later runs load them from %s)", cache)
+            from cmc.config import Config
+            from cmc.simulation import Simulation
+            from parallel.comm import SerialComm
+
+            cfg = Config()
+            cfg.initial.n = 200
+            Simulation.create(cfg, SerialComm(), None).step()
+    comm.Barrier()
+
+
+def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:
+    """On rank 0: check ``outdir``, take its lock, clear it or find the run to resume.
+    Returns ``new``, ``resume`` or ``finished``."""
+    from cmc.rundir import clear_outputs, run_outputs, run_status
+
+    if outdir.exists() and not outdir.is_dir():
+        raise InputError(f"output path {outdir} exists and is not a directory")
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise InputError(f"cannot use output directory {outdir}: {exc.strerror}") from None
+    status = run_status(outdir)
+    outputs = run_outputs(outdir)
+    if args.resume and status.kind in ("finished", "resumable", "failed"):
+        if (outdir / "config.ini").exists() and not _same_config(outdir / "config.ini", cfg):
+            raise InputError(f"{outdir} holds a run with other parameters than {args.config}; "
+                             "use another -o, or --overwrite")
+        if status.kind == "finished":
+            return "finished"
+        if status.kind == "failed":
+            raise InputError(f"{outdir} holds {status.describe()}; inspect it, or start "
+                             "afresh with --overwrite")
+        return "resume"
+    if outputs and not (args.overwrite or (args.resume and status.kind == "damaged")):
+        raise InputError(f"{outdir} already holds {status.describe()}: continue it with "
+                         f"'cmc restart {outdir}' (or cmc run --resume), or replace it with "
+                         "--overwrite")
+    if outputs:
+        n = clear_outputs(outdir)
+        log.info("removed %d output(s) of the previous run in %s", n, outdir)
+    (outdir / "config.ini").write_text(cfg.to_ini())
+    return "new"
+
+
+def _same_config(path: Path, cfg) -> bool:
+    try:
+        old = load_config(str(path))
+    except ConfigError:
+        return False
+    return old.to_ini() == cfg.to_ini()
 
 
 def cmd_run(args) -> int:
+    from cmc.rundir import RunLock
+
     comm = _world()
     overrides = list(args.set or [])
     if args.emulate_ranks is not None:
         overrides.append(f"run.emulate_ranks={args.emulate_ranks}")
+    if args.overwrite and args.resume:
+        raise InputError("--overwrite and --resume exclude each other")
     try:
         cfg = load_config(args.config, overrides)
     except ConfigError as exc:
-        return _fail(str(exc), comm)
+        exc.collective = True
+        raise
     outdir = Path(args.output or Path("runs") / Path(args.config).stem)
-    if comm.Get_rank() == 0:
-        if (outdir / "checkpoint.h5").exists() and not args.overwrite:
-            exists = True
-        else:
-            exists = False
-            outdir.mkdir(parents=True, exist_ok=True)
-            (outdir / "config.ini").write_text(cfg.to_ini())
-            for f in ("cmc.log",):
-                (outdir / f).unlink(missing_ok=True)
-    else:
-        exists = None
-    exists = comm.bcast(exists, root=0)
-    if exists:
-        return _fail(f"{outdir} already holds a run (checkpoint.h5): continue it with "
-                     f"'cmc restart {outdir}' or pass --overwrite", comm)
-    setup_logging(comm.Get_rank(), str(outdir / "cmc.log"))
-    _set_threads(cfg.run.threads, comm)
-    from cmc.simulation import Simulation
-
-    log.info("cmc run %s on %d rank(s); output in %s", args.config, comm.Get_size(), outdir)
+    lock = RunLock(outdir)
     try:
-        sim = Simulation.create(cfg, comm, outdir)
-    except (ValueError, OSError) as exc:
-        return _fail(str(exc), comm)
+        what = _on_root(comm, lambda: _prepare_run_dir(outdir, cfg, args, lock))
+        if what == "finished":
+            if comm.Get_rank() == 0:
+                from cmc.rundir import run_status
+
+                st = run_status(outdir)
+                sys.stderr.write(f"cmc: {outdir} holds a finished run ({st.stop_reason} at "
+                                 f"step {st.step}); nothing to do (results in {outdir}; "
+                                 "--overwrite starts afresh)\n")
+            return 0
+        setup_logging(comm.Get_rank(), str(outdir / "cmc.log"))
+        _set_threads(cfg.run.threads, comm)
+        _warm_kernels(comm)
+        from cmc.simulation import Simulation
+
+        if what == "resume":
+            log.info("cmc run --resume: continuing the run in %s", outdir)
+            sim = Simulation.from_checkpoint(outdir / "checkpoint.h5", comm, outdir=outdir)
+        else:
+            log.info("cmc run %s on %d rank(s); output in %s", args.config, comm.Get_size(),
+                     outdir)
+            sim = Simulation.create(cfg, comm, outdir)
+        return _finish(sim, outdir)
+    finally:
+        lock.release()
+
+
+def _finish(sim, outdir: Path) -> int:
     reason = sim.run()
-    log.info("done (%s); results in %s (diagnostics.h5, snapshots/, checkpoint.h5); "
-             "plot with: cmc plot %s", reason, outdir, outdir)
-    return 0 if not reason.startswith("error") else 1
+    code = exit_code_for_stop(reason)
+    hint = {0: f"plot with: cmc plot {outdir}", 75: f"continue with: cmc restart {outdir}"}
+    log.info("done (%s, exit %d); results in %s (diagnostics.h5, snapshots/, checkpoint.h5); "
+             "%s", reason, code, outdir, hint.get(code, "see the log above"))
+    return code
+
+
+def _pick_checkpoint(outdir: Path, name: str | None) -> Path:
+    """On rank 0: the verified checkpoint to restart from; a damaged one is reported with
+    the name of the newest intact older one.  Newer damaged files are set aside."""
+    from cmc.io import checkpoint_files, verify_checkpoint
+
+    latest = outdir / "checkpoint.h5"
+    files = checkpoint_files(latest)
+    if name:
+        ck = Path(name) if Path(name).is_absolute() else outdir / name
+        if not ck.exists():
+            raise InputError(f"no checkpoint {ck}")
+    elif not files:
+        raise InputError(f"no checkpoint in {outdir} (checkpoint.h5)")
+    else:
+        ck = files[0]
+    try:
+        verify_checkpoint(ck)
+    except InputError as exc:
+        intact = []
+        for f in files:
+            if f == ck:
+                continue
+            try:
+                verify_checkpoint(f)
+                intact.append(f)
+            except InputError:
+                continue
+        if intact:
+            import h5py
+
+            with h5py.File(intact[0], "r") as fh:
+                step = int(fh["state"].attrs["step"])
+            raise InputError(f"{exc}; the checkpoint {intact[0].name} (step {step}) is intact: "
+                             f"cmc restart {outdir} --checkpoint {intact[0].name}") from None
+        raise
+    if ck.parent == outdir and ck != latest and ck in files:
+        # going back to an older checkpoint: the newer ones are set aside (not deleted) so
+        # that rotation cannot push the one we restart from out of the kept set
+        for f in files[: files.index(ck)]:
+            f.rename(f.with_name(f.name + ".damaged"))
+        ck.rename(latest)
+        ck = latest
+    return ck
 
 
 def cmd_restart(args) -> int:
+    from cmc.rundir import RunLock
+
     comm = _world()
     outdir = Path(args.outdir)
-    ck = outdir / "checkpoint.h5"
-    if not ck.exists():
-        return _fail(f"no checkpoint at {ck}", comm)
-    setup_logging(comm.Get_rank(), str(outdir / "cmc.log"))
-    from cmc.simulation import Simulation
-
+    if not outdir.is_dir():
+        raise InputError(f"no run directory {outdir}")
+    lock = RunLock(outdir)
     try:
-        sim = Simulation.from_checkpoint(ck, comm, overrides=args.set, outdir=outdir)
-    except (ConfigError, ValueError, OSError) as exc:
-        return _fail(str(exc), comm)
-    _set_threads(sim.cfg.run.threads, comm)
-    log.info("restart from %s at step %d (t = %.4f t_rh0)", ck, sim.state.step,
-             sim.state.time / sim.state.t_rh0)
-    reason = sim.run()
-    return 0 if not reason.startswith("error") else 1
+        def prepare():
+            lock.acquire()
+            return str(_pick_checkpoint(outdir, args.checkpoint))
+
+        ck = Path(_on_root(comm, prepare))
+        setup_logging(comm.Get_rank(), str(outdir / "cmc.log"))
+        from cmc.simulation import Simulation
+
+        try:
+            sim = Simulation.from_checkpoint(ck, comm, overrides=args.set, outdir=outdir)
+        except (InputError, ConfigError) as exc:
+            exc.collective = True
+            raise
+        _set_threads(sim.cfg.run.threads, comm)
+        if comm.Get_rank() == 0:
+            (outdir / "config.ini").write_text(_config_with_history(sim))
+        _warm_kernels(comm)
+        log.info("restart from %s at step %d (t = %.4f t_rh0)%s", ck, sim.state.step,
+                 sim.state.time / sim.state.t_rh0,
+                 f" with {' '.join(args.set)}" if args.set else "")
+        return _finish(sim, outdir)
+    finally:
+        lock.release()
+
+
+def _config_with_history(sim) -> str:
+    import json
+
+    lines = [f"# restart at step {s}: --set {ov}" for s, ov in json.loads(sim.state.overrides)]
+    return "".join(f"{x}\n" for x in lines) + sim.cfg.to_ini()
 
 
 def cmd_ic(args) -> int:
@@ -102,18 +311,25 @@ def cmd_ic(args) -> int:
                  f"initial.seed={args.seed}"] + list(args.set or [])
     if args.w0 is not None:
         overrides.append(f"initial.w0={args.w0}")
-    try:
-        cfg = load_config(None, overrides)
-    except ConfigError as exc:
-        return _fail(str(exc))
+    cfg = load_config(None, overrides)
+    from cmc import __version__
     from cmc.initial import build_initial_stars
     from cmc.io import write_snapshot
 
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise InputError(f"cannot write {out}: the directory {out.parent} does not exist")
     stars, info = build_initial_stars(cfg)
-    write_snapshot(args.output, stars, {"model": args.model, "r_tidal": info["r_tidal"],
-                                        "seed": args.seed})
+    try:
+        write_snapshot(out, stars, {"model": args.model, "r_tidal": info["r_tidal"],
+                                    "seed": args.seed, "cmc_version": __version__,
+                                    "config": cfg.to_ini()})
+    except OSError as exc:
+        if isinstance(exc, CmcError):
+            raise
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     setup_logging(0)
-    log.info("wrote %d stars (%s) to %s", len(stars["r"]), args.model, args.output)
+    log.info("wrote %d stars (%s) to %s", len(stars["r"]), args.model, out)
     return 0
 
 
@@ -122,8 +338,8 @@ def cmd_plot(args) -> int:
 
     try:
         path = plot_run(args.outdir)
-    except (OSError, ValueError, KeyError) as exc:
-        return _fail(str(exc))
+    except (OSError, KeyError) as exc:
+        raise InputError(f"cannot plot {args.outdir}: {exc}") from None
     setup_logging(0)
     log.info("wrote %s", path)
     return 0
@@ -134,18 +350,11 @@ def cmd_params(args) -> int:
     return 0
 
 
-def cmd_sweep(args) -> int:
-    from cmc.sweep import run_sweep
-
-    comm = _world()
-    try:
-        return run_sweep(args.sweep, comm, args.output)
-    except ConfigError as exc:
-        return _fail(str(exc), comm)
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from cmc import __version__, sweep
+
     p = argparse.ArgumentParser(prog="cmc", description="Hénon Monte Carlo star cluster code")
+    p.add_argument("--version", action="version", version=f"cmc (henon-cmc) {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a model from a parameter file")
     r.add_argument("config", help="INI parameter file")
@@ -154,10 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a parameter (repeatable)")
     r.add_argument("--emulate-ranks", type=int, metavar="P",
                    help="serial run reproducing the random streams of a P-rank MPI run")
-    r.add_argument("--overwrite", action="store_true", help="replace an existing run")
+    r.add_argument("--overwrite", action="store_true",
+                   help="remove the outputs of a run already in the folder and start afresh")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the run in the folder from its checkpoint if it has one "
+                   "(a finished run is reported and left alone); else start it")
     r.set_defaults(func=cmd_run)
     rs = sub.add_parser("restart", help="continue a run from OUTDIR/checkpoint.h5")
     rs.add_argument("outdir")
+    rs.add_argument("--checkpoint", metavar="FILE",
+                    help="restart from this checkpoint of OUTDIR (e.g. checkpoint.1.h5)")
     rs.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="change a parameter (e.g. run.max_steps) for the continuation")
     rs.set_defaults(func=cmd_restart)
@@ -174,16 +389,55 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plot)
     pa = sub.add_parser("params", help="list every parameter with unit and default")
     pa.set_defaults(func=cmd_params)
-    sw = sub.add_parser("sweep", help="run a grid of models (under mpiexec: in parallel)")
-    sw.add_argument("sweep", help="sweep INI file")
-    sw.add_argument("-o", "--output", help="output folder (default runs/<sweep name>)")
-    sw.set_defaults(func=cmd_sweep)
+    if hasattr(sweep, "register"):
+        sweep.register(sub)
     return p
+
+
+def _classify(exc: BaseException) -> tuple[int, str]:
+    """Exit code and one-line message of an exception that ended a command."""
+    if isinstance(exc, CmcError | ConfigError):
+        return getattr(exc, "exit_code", EXIT_INPUT), str(exc)
+    if isinstance(exc, OSError):
+        if is_disk_full(exc):
+            return EXIT_IO, f"disk full: {exc}; the last good checkpoint is intact"
+        where = f"{exc.filename}: " if exc.filename else ""
+        return EXIT_IO, f"I/O error: {where}{exc.strerror or exc}"
+    if isinstance(exc, MemoryError):
+        return EXIT_INTERNAL, "out of memory"
+    return EXIT_INTERNAL, (f"internal error: {type(exc).__name__}: {exc} (a bug; the "
+                           "traceback is in the run's cmc.log; please report it)")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        code, msg = _classify(exc)
+        collective = getattr(exc, "collective", False)
+        if code == EXIT_INTERNAL:
+            log_traceback(exc)
+            if not log_traceback_written():
+                traceback.print_exc(file=sys.stderr)
+        world = _WORLD[0] if _WORLD else None
+        size = world.Get_size() if world is not None else 1
+        if not collective or size == 1 or world.Get_rank() == 0:
+            rank = f"[rank {world.Get_rank()}] " if size > 1 else ""
+            _err(f"{rank}{msg}")
+        if size > 1 and not collective:
+            # this rank alone failed: end every rank now rather than leave them waiting
+            world.Abort(code)
+        return code
+
+
+def log_traceback_written() -> bool:
+    from cmc.log import log_file
+
+    return log_file() is not None
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import dataclasses
 import io
 import math
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 
@@ -146,6 +147,8 @@ class OutputConfig:
     checkpoint_every: int = _p(200, "steps", "write the checkpoint every so many steps", lo=1)
     checkpoint_minutes: float = _p(10.0, "min", "also write it after this much wall time",
                                    lo=0.0)
+    checkpoints_to_keep: int = _p(2, "", "checkpoints kept: checkpoint.h5 (latest) and the "
+                                  "older checkpoint.1.h5 ...", lo=1, hi=100)
     diagnostics_every: int = _p(50, "steps", "flush diagnostics.h5 every so many steps", lo=1)
     progress_every: int = _p(50, "steps", "progress line in the log every so many steps",
                              lo=1)
@@ -166,7 +169,7 @@ class Config:
 
     def to_ini(self) -> str:
         """The parameters as INI text (round-trips through :func:`load_config`)."""
-        cp = configparser.ConfigParser()
+        cp = configparser.ConfigParser(interpolation=None)
         for sec in self.SECTIONS:
             obj = getattr(self, sec)
             cp[sec] = {f.name: _format(getattr(obj, f.name)) for f in fields(obj)}
@@ -269,20 +272,36 @@ def load_config(path: str | None = None, overrides: list[str] | None = None,
         Naming the offending ``section.key``.
     """
     cfg = Config()
-    cp = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    # no interpolation: a '%' in a value (a file name, a comment) is just a character
+    cp = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None,
+                                   default_section="\x00no-default")
+    where = path if path is not None else "parameter text"
     try:
         if text is not None:
             cp.read_string(text)
         elif path is not None:
-            with open(path) as fh:
+            with open(path, encoding="utf-8") as fh:
                 cp.read_file(fh)
     except OSError as exc:
         raise ConfigError(f"cannot read parameter file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"parameter file {path}: not a text (INI) file") from None
     except configparser.Error as exc:
-        raise ConfigError(f"parameter file {path}: {exc.message.splitlines()[0]}") from None
+        msg = getattr(exc, "message", str(exc)).splitlines()[0]
+        raise ConfigError(f"parameter file {where}: {msg}") from None
     for sec in cp.sections():
+        if sec.upper() == "DEFAULT":
+            raise ConfigError(f"parameter file {where}: a [{sec}] section is not supported; "
+                              "put each key in its section (known: "
+                              f"{', '.join(Config.SECTIONS)})")
         for key, value in cp[sec].items():
             cfg.set(f"{sec}.{key}", value)
+    if path is not None and cfg.initial.file and cp.has_option("initial", "file"):
+        # a file named in a parameter file is relative to that file, not to the working
+        # directory (an override on the command line stays relative to the working directory)
+        f = Path(cfg.initial.file).expanduser()
+        if not f.is_absolute():
+            cfg.initial.file = str(Path(path).resolve().parent / f)
     for ov in overrides or []:
         if "=" not in ov:
             raise ConfigError(f"{ov}: expected section.key=value")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from cmc.config import Config
+from cmc.errors import InputError
 from cmc.io import read_snapshot
 from parallel.streams import Streams
 from physics.initial_conditions import king, plummer, sample_masses
@@ -33,6 +34,11 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     if ini.model == "file":
         stars, attrs = read_snapshot(ini.file)
         n = stars["r"].size
+        check_file_radii(stars, ini.file)
+        if "time_unit" not in attrs:
+            # a cmc snapshot is in the units of the run that wrote it (M < 1 after escapes);
+            # any other file must be in Hénon units or is rescaled to them
+            to_henon_units(stars, ini.file)
         ensure_binary_columns(stars, cfg.binaries.three_body)
         return stars, {"n": n, "model": "file", "r_tidal": float(attrs.get("r_tidal", 0.0)),
                        "m_total_msun": float(np.sum(stars["m_msun"]))}
@@ -62,6 +68,55 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     ensure_binary_columns(out, cfg.binaries.three_body)
     return out, {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total,
                  "n_binaries": n_bin}
+
+
+#: Relative tolerance on M = 1 and E = -1/4 within which a file is taken as in Hénon units.
+HENON_TOL = 1e-6
+#: A star this many times the median radius out cannot belong to the cluster.
+R_FAR = 1e6
+
+
+def check_file_radii(stars: dict[str, np.ndarray], where: str) -> None:
+    """Refuse stars absurdly far out (they would overflow the local density estimates)."""
+    r = stars["r"]
+    far = r > R_FAR * float(np.median(r))
+    if far.any():
+        i = int(np.argmax(far))
+        raise InputError(f"{where}: star {i} (id {stars['id'][i]}) is at r = {r[i]:.6g}, more "
+                         f"than {R_FAR:.0e} times the median radius: not a cluster member "
+                         "(remove it from the file)")
+
+
+def to_henon_units(stars: dict[str, np.ndarray], where: str) -> None:
+    """Rescale an initial-conditions file to Hénon units (G = M = 1, E = -1/4) when it is
+    not in them, with a logged note (the physical masses ``m_msun`` are kept).
+
+    Binaries' semi-major axes scale with the length and their member masses with the mass.
+    """
+    import logging
+
+    from physics.initial_conditions import scale_to_henon_units, shell_energies
+
+    m_tot = float(np.sum(stars["m"]))
+    k, w = shell_energies(stars["r"], stars["vr"], stars["vt"], stars["m"])
+    if abs(m_tot - 1.0) <= HENON_TOL and abs((k + w) + 0.25) <= 0.25 * 1e-3:
+        return
+    try:
+        scaled, sc = scale_to_henon_units(stars["r"], stars["vr"], stars["vt"], stars["m"])
+    except ValueError as exc:
+        raise InputError(f"{where}: not in Hénon units and cannot be rescaled: {exc}") from None
+    if np.any(sc.order != np.arange(sc.order.size)):
+        for key in list(stars):
+            stars[key] = stars[key][sc.order]
+    stars.update(scaled)
+    if "bin_a" in stars:
+        stars["bin_a"] = stars["bin_a"] * sc.length
+        stars["bin_m1"] = stars["bin_m1"] * sc.mass
+        stars["bin_m2"] = stars["bin_m2"] * sc.mass
+    logging.getLogger("cmc.initial").warning(
+        "%s is not in Hénon units (total mass %.6g, energy %.6g): rescaled to G = M = 1, "
+        "E = -1/4 (lengths x %.6g, velocities x %.6g, masses x %.6g)", where, m_tot, k + w,
+        sc.length, sc.velocity, sc.mass)
 
 
 def ensure_binary_columns(stars: dict[str, np.ndarray], three_body: str) -> None:

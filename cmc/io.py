@@ -8,7 +8,10 @@ attributes; binary columns (:data:`cmc.fields.BINARY_FIELDS`) go to a ``binaries
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
+import shutil
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,27 +19,60 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from cmc.errors import InputError, OutputError, is_disk_full
 from cmc.fields import BINARY_FIELDS, FIELD_BY_NAME, SAVED_FIELDS
 
-FORMAT_VERSION = 1
+#: Layout version of every file this module writes.  2: checkpoints carry a checksum and no
+#: diagnostics history (that lives in diagnostics.h5 alone).
+FORMAT_VERSION = 2
+#: Environment variable for fault-injection tests: ``enospc:N`` makes the N-th file write of
+#: this process fail as if the disk were full (never set it in production).
+FAULT_ENV = "CMC_INJECT_WRITE_ERROR"
+_writes = [0]
+
+
+def _injected_write_error(path: Path) -> None:
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec.startswith("enospc:"):
+        return
+    _writes[0] += 1
+    if _writes[0] == int(spec.split(":", 1)[1]):
+        raise OSError(errno.ENOSPC, "No space left on device (injected)", str(path))
+
+
+def check_free_space(path: str | os.PathLike, nbytes: int) -> None:
+    """Raise :class:`OutputError` when the file system of ``path`` has less than twice
+    ``nbytes`` free (a file is written next to the one it replaces).  HDF5 does not always
+    fail cleanly on a full disk, so the check comes before the write."""
+    try:
+        free = shutil.disk_usage(Path(path).parent).free
+    except OSError:
+        return
+    if free < 2 * nbytes + (1 << 20):
+        raise OutputError(errno.ENOSPC, f"not enough disk space to write {path}: "
+                          f"{free / 1e6:.1f} MB free, about {nbytes / 1e6:.1f} MB needed")
 
 
 @contextmanager
-def atomic_h5(path: str | os.PathLike):
+def atomic_h5(path: str | os.PathLike, libver: str | None = None):
     """Open ``path + '.tmp'`` for writing; on success fsync and rename over ``path``."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with h5py.File(tmp, "w") as fh:
+        _injected_write_error(path)
+        with h5py.File(tmp, "w", libver=libver) as fh:
             fh.attrs["format_version"] = FORMAT_VERSION
             yield fh
             fh.flush()
         with open(tmp, "rb") as raw:
             os.fsync(raw.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if tmp.exists():
             tmp.unlink()
+        if is_disk_full(exc) and not isinstance(exc, OutputError):
+            raise OutputError(errno.ENOSPC, f"disk full while writing {path}; the previous "
+                              "file is intact") from None
         raise
 
 
@@ -71,14 +107,14 @@ def read_star_group(group: h5py.Group) -> dict[str, np.ndarray]:
     """Read star columns; fields missing from the file take their defaults."""
     out: dict[str, np.ndarray] = {}
     if "r" not in group:
-        raise ValueError(f"{group.file.filename}: no star column 'r' in group {group.name}")
+        raise InputError(f"{group.file.filename}: no star column 'r' in group {group.name}")
     n = group["r"].shape[0]
     for name in SAVED_FIELDS:
         f = FIELD_BY_NAME[name]
         if name in group:
             arr = group[name][...].astype(f.dtype)
             if arr.shape != (n,):
-                raise ValueError(f"{group.file.filename}: column {name!r} has shape "
+                raise InputError(f"{group.file.filename}: column {name!r} has shape "
                                  f"{arr.shape}, expected ({n},)")
             out[name] = arr
         elif name == "id":
@@ -90,10 +126,10 @@ def read_star_group(group: h5py.Group) -> dict[str, np.ndarray]:
         rows = bg["star_row"][...].astype(np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= n or np.unique(rows).size != rows.size
                           or np.any(out["binind"][rows] < 0)):
-            raise ValueError(f"{group.file.filename}: {bg.name}/star_row does not match the "
+            raise InputError(f"{group.file.filename}: {bg.name}/star_row does not match the "
                              "stars with binind >= 0")
         if np.count_nonzero(out["binind"] >= 0) != rows.size:
-            raise ValueError(f"{group.file.filename}: {np.count_nonzero(out['binind'] >= 0)} "
+            raise InputError(f"{group.file.filename}: {np.count_nonzero(out['binind'] >= 0)} "
                              f"stars have binind >= 0 but {bg.name} has {rows.size} rows")
         for f in BINARY_FIELDS:
             col = np.full(n, f.default, dtype=f.dtype)
@@ -122,10 +158,10 @@ def read_snapshot(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]
     try:
         fh = h5py.File(path, "r")
     except OSError as exc:
-        raise ValueError(f"cannot open {path}: {exc}") from None
+        raise InputError(f"cannot open {path}: {exc}") from None
     with fh:
         if "stars" not in fh:
-            raise ValueError(f"{path}: no 'stars' group (not a cmc snapshot)")
+            raise InputError(f"{path}: no 'stars' group (not a cmc snapshot)")
         stars = read_star_group(fh["stars"])
         attrs = dict(fh.attrs)
     validate_stars(stars, str(path))
@@ -136,24 +172,25 @@ def read_snapshot(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]
 
 
 def validate_stars(stars: dict[str, np.ndarray], where: str) -> None:
-    """Raise ValueError for non-finite or non-positive radii or masses, bad velocities."""
+    """Raise :class:`InputError` (a ValueError) for non-finite or non-positive radii or
+    masses, bad velocities, duplicate ids or invalid binaries, naming the star."""
     r, m = stars["r"], stars["m"]
     if r.size < 2:
-        raise ValueError(f"{where}: needs at least 2 stars, found {r.size}")
+        raise InputError(f"{where}: needs at least 2 stars, found {r.size}")
     for name, arr in (("r", r), ("m", m)):
         bad = ~np.isfinite(arr) | (arr <= 0)
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{where}: star {i} has invalid {name} = {arr[i]!r} "
+            raise InputError(f"{where}: star {i} has invalid {name} = {arr[i]!r} "
                              f"({int(bad.sum())} bad values; must be finite and > 0)")
     for name in ("vr", "vt"):
         bad = ~np.isfinite(stars[name])
         if bad.any():
-            raise ValueError(f"{where}: {int(bad.sum())} non-finite values of {name}")
+            raise InputError(f"{where}: {int(bad.sum())} non-finite values of {name}")
     if np.any(stars["vt"] < 0):
-        raise ValueError(f"{where}: vt must be >= 0")
+        raise InputError(f"{where}: vt must be >= 0")
     if np.unique(stars["id"]).size != stars["id"].size:
-        raise ValueError(f"{where}: star ids are not unique")
+        raise InputError(f"{where}: star ids are not unique")
     if "bin_a" in stars:
         b = stars["binind"] >= 0
         m1, m2, a, e = (stars[k][b] for k in ("bin_m1", "bin_m2", "bin_a", "bin_e"))
@@ -161,59 +198,258 @@ def validate_stars(stars: dict[str, np.ndarray], where: str) -> None:
                 & (np.abs(m1 + m2 - m[b]) <= 1e-12 * m[b]))
         if bad.any():
             i = int(np.flatnonzero(b)[np.argmax(bad)])
-            raise ValueError(f"{where}: binary of star {i} (id {stars['id'][i]}) is invalid: "
+            raise InputError(f"{where}: binary of star {i} (id {stars['id'][i]}) is invalid: "
                              "needs a > 0, 0 <= e < 1, member masses > 0 summing to m")
         ids = np.concatenate([stars["id"], stars["bin_id1"][b], stars["bin_id2"][b]])
         if np.unique(ids).size != ids.size:
-            raise ValueError(f"{where}: star and binary member ids are not unique")
+            raise InputError(f"{where}: star and binary member ids are not unique")
 
 
-def write_diagnostics(path: str | os.PathLike, history: dict[str, list],
-                      attrs: dict, units: dict[str, str]) -> None:
-    """Write one dataset per diagnostic quantity over steps (atomic)."""
-    with atomic_h5(path) as fh:
-        for k, v in attrs.items():
-            fh.attrs[k] = v
-        for name, values in history.items():
-            ds = fh.create_dataset(name, data=np.asarray(values))
-            if name in units:
-                ds.attrs["unit"] = units[name]
+def content_digest(fh: h5py.File) -> str:
+    """SHA-256 of every dataset (name, dtype, shape, bytes) and attribute of the file except
+    the root attribute ``sha256`` itself, in a fixed (sorted) order."""
+    h = hashlib.sha256()
+
+    def attrs(obj) -> None:
+        for k in sorted(obj.attrs):
+            if obj.name == "/" and k == "sha256":
+                continue
+            v = np.asarray(obj.attrs[k])
+            h.update(f"@{obj.name}/{k}:{v.dtype.str}:{v.shape}".encode())
+            h.update(v.tobytes() if v.dtype.kind not in "OUS" else repr(v.tolist()).encode())
+
+    def visit(group) -> None:
+        attrs(group)
+        for name in sorted(group):
+            obj = group[name]
+            if isinstance(obj, h5py.Group):
+                visit(obj)
+            else:
+                data = np.ascontiguousarray(obj[...])
+                h.update(f"{obj.name}:{data.dtype.str}:{data.shape}".encode())
+                h.update(data.tobytes())
+                attrs(obj)
+
+    visit(fh)
+    return h.hexdigest()
 
 
-def read_diagnostics(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
-    """Datasets and attributes of diagnostics.h5."""
-    with h5py.File(path, "r") as fh:
-        data = {k: fh[k][...] for k in fh.keys()}
+def diagnostics_attrs(path: str | os.PathLike) -> dict:
+    """Root attributes of diagnostics.h5 (readable while the run is writing it)."""
+    with _open_diagnostics(path) as fh:
+        return dict(fh.attrs)
+
+
+def _open_diagnostics(path: str | os.PathLike) -> h5py.File:
+    """Open diagnostics.h5 for reading, also while a run appends to it (SWMR)."""
+    try:
+        return h5py.File(path, "r", swmr=True, locking=False)
+    except OSError:
+        return h5py.File(path, "r", locking=False)
+
+
+def read_diagnostics(path: str | os.PathLike, max_step: int | None = None
+                     ) -> tuple[dict[str, np.ndarray], dict]:
+    """Datasets and attributes of diagnostics.h5; with ``max_step``, only rows up to that
+    step.  Safe while a run is appending to the file (SWMR read)."""
+    try:
+        fh = _open_diagnostics(path)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    with fh:
         attrs = dict(fh.attrs)
+        n = fh["step"].shape[0] if "step" in fh else 0
+        if "step" in fh:
+            fh["step"].refresh() if fh.mode == "r" and fh.swmr_mode else None
+            n = fh["step"].shape[0]
+        if max_step is not None and n:
+            steps = fh["step"][:n]
+            n = int(np.searchsorted(steps, max_step, side="right"))
+        data = {}
+        for k in fh.keys():
+            ds = fh[k]
+            if fh.swmr_mode:
+                ds.refresh()
+            data[k] = ds[:n]
     return data, attrs
 
 
+class DiagnosticsWriter:
+    """diagnostics.h5 grown by appending rows (chunked, resizable datasets, SWMR).
+
+    A flush writes only the new rows, so output per step does not grow with the length of
+    the run; readers (``cmc plot``) may open the file while the run writes it.  HDF5 keeps a
+    SWMR file readable if the writer is killed; :meth:`create` (on restart) rewrites the rows
+    that the checkpoint covers into a fresh file atomically and appends from there.
+    """
+
+    def __init__(self, path: str | os.PathLike, attrs: dict, units: dict[str, str],
+                 meanings: dict[str, str], history: dict[str, list]):
+        self.path = Path(path)
+        self._fh: h5py.File | None = None
+        self.rows = len(history.get("step", []))
+        with atomic_h5(self.path, libver="latest") as fh:
+            for k, v in attrs.items():
+                fh.attrs[k] = v
+            for name, values in history.items():
+                arr = np.asarray(values)
+                ds = fh.create_dataset(name, data=arr, maxshape=(None,) + arr.shape[1:],
+                                       chunks=(256,) + arr.shape[1:])
+                if name in units:
+                    ds.attrs["unit"] = units[name]
+                if name in meanings:
+                    ds.attrs["meaning"] = meanings[name]
+        self._attrs = attrs
+        self._units = units
+        self._meanings = meanings
+
+    def _open(self) -> h5py.File:
+        if self._fh is None:
+            self._fh = h5py.File(self.path, "a", libver="latest", locking=False)
+            self._fh.swmr_mode = True
+        return self._fh
+
+    def append(self, rows: dict[str, list]) -> None:
+        """Append the rows of ``rows`` (one list per dataset, equal lengths) and flush."""
+        n_new = len(rows.get("step", []))
+        if not n_new:
+            return
+        _injected_write_error(self.path)
+        try:
+            fh = self._open()
+            for name, values in rows.items():
+                ds = fh[name]
+                arr = np.asarray(values)
+                ds.resize(self.rows + n_new, axis=0)
+                ds[self.rows:] = arr
+            fh.flush()
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise OutputError(errno.ENOSPC, f"disk full while appending to {self.path}; "
+                                  "the last good checkpoint is intact") from None
+            raise
+        self.rows += n_new
+
+    def close(self, final_attrs: dict | None = None) -> None:
+        """Close the SWMR writer; then set ``final_attrs`` (e.g. the stop reason)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if final_attrs:
+            with h5py.File(self.path, "a", locking=False) as fh:
+                for k, v in final_attrs.items():
+                    fh.attrs[k] = v
+
+
+def _checkpoint_names(path: Path, keep: int) -> list[Path]:
+    """``checkpoint.h5, checkpoint.1.h5, ...``: the latest first, ``keep`` in all."""
+    stem, suffix = path.name[: -len(path.suffix)], path.suffix
+    return [path] + [path.with_name(f"{stem}.{i}{suffix}") for i in range(1, keep)]
+
+
+def checkpoint_files(path: str | os.PathLike) -> list[Path]:
+    """Existing checkpoints next to ``path``, the latest first."""
+    path = Path(path)
+    stem, suffix = path.name[: -len(path.suffix)], path.suffix
+    older = sorted(path.parent.glob(f"{stem}.*{suffix}"),
+                   key=lambda p: int(p.name[len(stem) + 1: -len(suffix)])
+                   if p.name[len(stem) + 1: -len(suffix)].isdigit() else 10**9)
+    return ([path] if path.exists() else []) + [p for p in older
+                                                if p.name[len(stem) + 1: -len(suffix)].isdigit()]
+
+
 def write_checkpoint(path: str | os.PathLike, stars: dict[str, np.ndarray], state: dict,
-                     history: dict[str, list], write_streams: Callable[[h5py.Group], None],
-                     config_text: str) -> None:
-    """Everything needed to continue the run bit for bit (atomic)."""
-    with atomic_h5(path) as fh:
+                     write_streams: Callable[[h5py.Group], None], config_text: str,
+                     keep: int = 2, extra_attrs: dict | None = None) -> None:
+    """Everything needed to continue the run bit for bit, with a checksum of the content.
+
+    Written to a temporary file, checksummed, fsynced; then the older checkpoints shift
+    (``checkpoint.h5`` becomes ``checkpoint.1.h5`` ...; ``keep`` files in all) and the new
+    one takes the name.  The diagnostics history is not copied: the state records how many
+    rows of diagnostics.h5 the checkpoint covers (``diag_rows``).
+    """
+    path = Path(path)
+    n = len(stars["r"])
+    check_free_space(path, 8 * n * (len(stars) + 4) + 65536)
+    names = _checkpoint_names(path, keep)
+    tmp = path.with_name(path.name + ".new")
+    with atomic_h5(tmp) as fh:
         fh.attrs["config"] = config_text
+        for k, v in (extra_attrs or {}).items():
+            fh.attrs[k] = v
         write_star_group(fh.create_group("stars"), stars)
         sg = fh.create_group("state")
         for k, v in state.items():
             sg.attrs[k] = v
-        hg = fh.create_group("history")
-        for k, v in history.items():
-            hg.create_dataset(k, data=np.asarray(v))
         write_streams(fh.create_group("streams"))
+        fh.flush()
+        fh.attrs["sha256"] = content_digest(fh)
+    for older, newer in zip(reversed(names[1:]), reversed(names[:-1])):
+        if newer.exists():
+            os.replace(newer, older)
+    os.replace(tmp, path)
+    for stale in checkpoint_files(path)[keep:]:
+        stale.unlink()
 
 
-def read_checkpoint(path: str | os.PathLike):
-    """Return (stars, state, history, streams_group_reader, config_text)."""
+def verify_checkpoint(path: str | os.PathLike) -> None:
+    """Raise :class:`InputError` unless ``path`` is a complete, undamaged checkpoint.
+
+    Checks: it opens; the format version is this code's; the checksum matches the content;
+    the groups are there; stars have finite positive masses and radii, unique ids, radial
+    order; the run state is finite; every random-stream word is a valid lfsr113 state.
+    """
+    from parallel.rng import _MIN_WORD
+
     try:
         fh = h5py.File(path, "r")
     except OSError as exc:
-        raise ValueError(f"cannot open checkpoint {path}: {exc}") from None
+        raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
     with fh:
+        version = int(fh.attrs.get("format_version", 0))
+        if version != FORMAT_VERSION:
+            raise InputError(f"checkpoint {path} has format version {version}; this cmc reads "
+                             f"version {FORMAT_VERSION} (finish the run with the cmc version "
+                             "that wrote it)")
+        for g in ("stars", "state", "streams"):
+            if g not in fh:
+                raise InputError(f"checkpoint {path} is damaged: group '{g}' is missing")
+        if "sha256" not in fh.attrs:
+            raise InputError(f"checkpoint {path} is damaged: it has no checksum")
+        try:
+            digest = content_digest(fh)
+        except (OSError, KeyError, ValueError) as exc:
+            raise InputError(f"checkpoint {path} is damaged: {exc}") from None
+        if digest != fh.attrs["sha256"]:
+            raise InputError(f"checkpoint {path} is damaged: checksum mismatch (the content "
+                             "changed after it was written)")
+        stars = read_star_group(fh["stars"])
+        state = dict(fh["state"].attrs)
+        states = fh["streams/states"][...] if "states" in fh["streams"] else None
+    validate_stars(stars, f"checkpoint {path}")
+    if np.any(np.diff(stars["r"]) < 0):
+        raise InputError(f"checkpoint {path} is damaged: stars are not in radial order")
+    for k, v in state.items():
+        if isinstance(v, float | np.floating) and not np.isfinite(v) and k != "dt_prev":
+            raise InputError(f"checkpoint {path} is damaged: state {k} = {v}")
+    if int(state.get("step", -1)) < 0 or int(state.get("n0", 0)) < 2:
+        raise InputError(f"checkpoint {path} is damaged: invalid step or n0")
+    if states is None or states.ndim != 3 or states.shape[-1] != 4:
+        raise InputError(f"checkpoint {path} is damaged: no valid random-stream table")
+    for c, lo in enumerate(_MIN_WORD):
+        w = states[..., c]
+        if np.any(w < lo) or np.any(w > 0xFFFFFFFF):
+            raise InputError(f"checkpoint {path} is damaged: random-stream word {c} holds "
+                             "an invalid lfsr113 state")
+
+
+def read_checkpoint(path: str | os.PathLike):
+    """Verify (:func:`verify_checkpoint`) and return (stars, state, config_text, attrs)."""
+    verify_checkpoint(path)
+    with h5py.File(path, "r") as fh:
         stars = read_star_group(fh["stars"])
         state = {k: (v.item() if hasattr(v, "item") else v)
                  for k, v in fh["state"].attrs.items()}
-        history = {k: list(fh["history"][k][...]) for k in fh["history"].keys()}
         config_text = str(fh.attrs["config"])
-    return stars, state, history, config_text
+        attrs = {k: v for k, v in fh.attrs.items() if k not in ("config", "sha256")}
+    return stars, state, config_text, attrs

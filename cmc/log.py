@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+_LOGFILE: list[str] = []
 _FMT = "%(asctime)s [rank %(rank)d] %(levelname)s %(name)s: %(message)s"
 
 
@@ -37,8 +38,28 @@ def setup_logging(rank: int = 0, logfile: str | None = None, level: int = loggin
     sh.setFormatter(fmt)
     sh.addFilter(flt)
     logger.addHandler(sh)
+    _LOGFILE.clear()
     if logfile and rank == 0:
+        _LOGFILE.append(logfile)
         fh = logging.FileHandler(logfile, mode="a")
         fh.setFormatter(fmt)
         fh.addFilter(flt)
         logger.addHandler(fh)
+
+
+def log_file() -> str | None:
+    """The log file of this process (rank 0 of a run), if any."""
+    return _LOGFILE[0] if _LOGFILE else None
+
+
+def log_traceback(exc: BaseException) -> None:
+    """Append the traceback of ``exc`` to the log file only (the terminal gets one line)."""
+    import traceback
+
+    if not _LOGFILE:
+        return
+    try:
+        with open(_LOGFILE[0], "a") as fh:
+            fh.write("".join(traceback.format_exception(exc)))
+    except OSError:
+        pass

@@ -20,6 +20,7 @@ that its owner rank would use in a P-rank run, so it reproduces that run bit for
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import signal
@@ -31,6 +32,7 @@ import numpy as np
 
 from cmc import io as cio
 from cmc.config import Config, load_config
+from cmc.errors import PLANNED_STOPS, RESUMABLE_STOPS, InputError
 from cmc.stars import StarTable
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
@@ -102,6 +104,12 @@ class RunState:
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""
+    #: rows of diagnostics.h5 that this state covers (one per recorded step)
+    diag_rows: int = 0
+    #: JSON list of [step, "section.key=value"]: every override given on a restart
+    overrides: str = "[]"
+    #: when the run was first started (UTC, ISO 8601)
+    start_time: str = ""
 
 
 class StopRun(Exception):
@@ -122,6 +130,8 @@ class Simulation:
         self.streams = streams
         self.outdir = Path(outdir) if outdir is not None else None
         self.history: dict[str, list] = history if history is not None else {}
+        #: the latest recorded diagnostics row (``history`` may hold only unflushed rows)
+        self.last: dict = {k: v[-1] for k, v in self.history.items()}
         self.timers = dict.fromkeys(PARTS, 0.0)
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=float)
         self._signal = 0
@@ -130,6 +140,10 @@ class Simulation:
         self._wall_start = time.monotonic()
         self._wall_at_start = state.wall_seconds
         self._last_checkpoint = time.monotonic()
+        self._diag: cio.DiagnosticsWriter | None = None
+        self._snap_step = -1
+        #: diagnostics rows recorded over the whole run (the restart's diag_rows onwards)
+        self.n_rows = len(self.history.get("step", []))
         if self.size > 1 and cfg.run.emulate_ranks not in (0, self.size):
             raise ValueError("run.emulate_ranks: only for serial runs (or equal to the number "
                              f"of MPI ranks, {self.size})")
@@ -152,10 +166,20 @@ class Simulation:
 
         n_emul = comm.Get_size() if comm.Get_size() > 1 else max(1, cfg.run.emulate_ranks)
         glob = None
-        info: dict = {}
+        info: object = {}
         if comm.Get_rank() == 0:
-            glob, info = build_initial_stars(cfg)
+            try:
+                glob, info = build_initial_stars(cfg)
+            except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
+                # bad initial conditions (read on rank 0): every rank raises, none waits
+                where = f"initial.file {cfg.initial.file}" if cfg.initial.model == "file" \
+                    else f"initial model {cfg.initial.model}"
+                info = InputError(str(exc) if isinstance(exc, InputError)
+                                  else f"{where}: {exc}")
         info = comm.bcast(info, root=0)
+        if isinstance(info, InputError):
+            info.collective = True
+            raise info
         local = scatter_global(comm, glob)
         n0 = int(info["n"])
         counts = block_counts(n0, n_emul)
@@ -180,32 +204,77 @@ class Simulation:
     @classmethod
     def from_checkpoint(cls, path: str | Path, comm, overrides: list[str] | None = None,
                         outdir: str | Path | None = None) -> Simulation:
-        """Continue a run from its checkpoint (same number of ranks, or same emulation)."""
+        """Continue a run from its checkpoint (same number of ranks, or same emulation).
+
+        The checkpoint is verified first (:func:`cmc.io.verify_checkpoint`).  ``overrides``
+        may change how the run goes on (stop conditions, output cadence, binary physics) but
+        not what it is: keys of :data:`FIXED_ON_RESTART` are refused by name.  A run that
+        stopped as planned continues only when an override extends the condition that stopped
+        it.  The overrides are recorded once, with the step, in the run state (and so in every
+        output).  Raises :class:`cmc.errors.InputError` (on every rank) for a bad checkpoint or
+        override.
+        """
         import h5py
 
         glob = None
-        meta = None
+        meta: object = None
         if comm.Get_rank() == 0:
-            stars, st, history, cfg_text = cio.read_checkpoint(path)
-            with h5py.File(path, "r") as fh:
-                table = Streams.read_hdf5(fh["streams"])
-            glob = stars
-            meta = (st, history, cfg_text, table.seed, table.states)
-        st, history, cfg_text, seed, table = comm.bcast(meta, root=0)
+            try:
+                stars, st, cfg_text, _ = cio.read_checkpoint(path)
+                with h5py.File(path, "r") as fh:
+                    table = Streams.read_hdf5(fh["streams"])
+                glob = stars
+                meta = (st, cfg_text, table.seed, table.states)
+            except InputError as exc:
+                meta = exc
+        meta = comm.bcast(meta, root=0)
+        if isinstance(meta, InputError):
+            raise meta
+        st, cfg_text, seed, table = meta
+        old = load_config(text=cfg_text)
         cfg = load_config(text=cfg_text, overrides=overrides)
+        check_restart_overrides(old, cfg, overrides or [])
         state = RunState(**{f.name: st[f.name] for f in fields(RunState) if f.name in st})
+        stopped = state.stop_reason
         state.stop_reason = ""
+        if overrides:
+            hist = json.loads(state.overrides or "[]")
+            hist += [[state.step, ov] for ov in overrides]
+            state.overrides = json.dumps(hist)
         size = comm.Get_size()
         if size > 1 and state.emulated_ranks != size:
-            raise ValueError(f"checkpoint {path} was written with {state.emulated_ranks} "
+            raise InputError(f"checkpoint {path} was written with {state.emulated_ranks} "
                              f"stream(s); restart it with mpiexec -n {state.emulated_ranks}")
+        if size == 1 and state.emulated_ranks > 1 and table.shape[0] != state.emulated_ranks:
+            raise InputError(f"checkpoint {path} holds {table.shape[0]} stream(s) for "
+                             f"{state.emulated_ranks} emulated ranks")
         if size == 1:
             cfg.run.emulate_ranks = state.emulated_ranks if state.emulated_ranks > 1 else 0
             streams = Streams(seed, 0, table)
         else:
             streams = Streams(seed, comm.Get_rank(), table[comm.Get_rank():comm.Get_rank() + 1])
         local = scatter_global(comm, glob)
-        return cls(cfg, comm, StarTable(local), state, streams, outdir, history)
+        sim = cls(cfg, comm, StarTable(local), state, streams, outdir, {})
+        sim.n_rows = state.diag_rows
+        sim.last = sim.diagnostics(record=False)
+        if stopped and stopped not in RESUMABLE_STOPS:
+            sim._check_continuable(stopped, path)
+        return sim
+
+    def _check_continuable(self, stopped: str, path: str | Path) -> None:
+        """Refuse to continue a run that ended, unless the overrides lift its stop."""
+        if stopped not in PLANNED_STOPS and stopped != "energy_error":
+            raise InputError(f"the run in {path} stopped with a failure ({stopped}) at step "
+                             f"{self.state.step}; it cannot go on from this checkpoint (an "
+                             "older one: cmc restart OUTDIR --checkpoint checkpoint.1.h5)")
+        still = self._stop_reason(self.last)
+        if still:
+            key = {"max_time": "run.t_max", "max_steps": "run.max_steps",
+                   "core_collapse_ncore": "run.n_core_stop", "core_collapse_rc":
+                   "run.rc_stop_fraction", "energy_error": "run.energy_error_max"}[still]
+            raise InputError(f"the run in {path} is finished ({still} at step "
+                             f"{self.state.step}); to continue it, extend the stop with "
+                             f"--set {key}=...")
 
     # ------------------------------------------------------------------ replicated data
     def sync_replicated(self) -> None:
@@ -649,6 +718,8 @@ class Simulation:
         if record:
             for key, v in d.items():
                 self.history.setdefault(key, []).append(v)
+            self.last = d
+            self.n_rows += 1
         return d
 
     # ------------------------------------------------------------------ output
@@ -659,11 +730,20 @@ class Simulation:
             return None
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
+    def provenance(self) -> dict:
+        """Attributes every output file carries: code version, parameters, MPI size, start
+        time and the restart overrides."""
+        from cmc import __version__
+
+        st = self.state
+        return {"cmc_version": __version__, "config": self.cfg.to_ini(), "mpi_size": self.size,
+                "emulated_ranks": self.n_emul, "start_time": st.start_time,
+                "overrides": st.overrides}
+
     def _attrs(self) -> dict:
         st = self.state
         return {"step": st.step, "time": st.time, "time_trh": st.time / st.t_rh0,
-                "n_ranks": self.size, "emulated_ranks": self.n_emul,
-                "time_unit": DIAG_UNITS["time"]}
+                "n_ranks": self.size, "time_unit": DIAG_UNITS["time"], **self.provenance()}
 
     def write_snapshot(self) -> None:
         """Write ``snapshots/snap_STEP.h5`` (collective)."""
@@ -671,27 +751,70 @@ class Simulation:
         if self.rank == 0 and self.outdir is not None:
             d = self.outdir / "snapshots"
             d.mkdir(parents=True, exist_ok=True)
-            cio.write_snapshot(d / f"snap_{self.state.step:07d}.h5", glob, self._attrs())
+            path = d / f"snap_{self.state.step:07d}.h5"
+            cio.check_free_space(path, 8 * len(glob["r"]) * (len(glob) + 2))
+            cio.write_snapshot(path, glob, self._attrs())
+        self._snap_step = self.state.step
+
+    def _diagnostics_attrs(self) -> dict:
+        st = self.state
+        return {"lagrange_fractions": self.fractions, "stop_reason": st.stop_reason,
+                "t_rh0": st.t_rh0, "n0": st.n0, "e0": st.e0, "r_c0": st.r_c0,
+                "time_unit": DIAG_UNITS["time"], **self.provenance()}
+
+    def open_diagnostics(self) -> None:
+        """Start diagnostics.h5 (rank 0): the rows so far (on restart: the rows up to the
+        checkpoint, read back from the old file) in a fresh file, then append from there."""
+        if self.outdir is None:
+            return
+        path = self.outdir / "diagnostics.h5"
+        rows = self.history
+        if self.n_rows > len(self.history.get("step", [])):
+            # a restart: the earlier rows are in the old file (SWMR keeps it readable after a
+            # kill); rows written after the checkpoint are dropped, they will be recomputed
+            rows = None
+            if self.rank == 0:
+                try:
+                    old, _ = cio.read_diagnostics(path, max_step=self.state.step)
+                except InputError as exc:
+                    raise InputError(f"{exc}; the checkpoint needs its {self.n_rows} rows of "
+                                     "diagnostics history") from None
+                if old["step"].size != self.n_rows:
+                    raise InputError(f"{path} holds {old['step'].size} rows up to step "
+                                     f"{self.state.step}, the checkpoint expects "
+                                     f"{self.n_rows}: it belongs to another run")
+                rows = {k: list(v) for k, v in old.items()}
+        if self.rank == 0:
+            self._diag = cio.DiagnosticsWriter(path, self._diagnostics_attrs(), DIAG_UNITS,
+                                               DIAG_MEANINGS, rows)
+        self.history = {k: [] for k in self.last}
 
     def write_diagnostics(self) -> None:
-        """Rewrite ``diagnostics.h5`` from the in-memory history (rank 0, atomic)."""
-        if self.rank != 0 or self.outdir is None:
+        """Append the rows recorded since the last flush to diagnostics.h5 (rank 0) and drop
+        them from memory (every rank)."""
+        if self.outdir is None:
             return
-        attrs = {"lagrange_fractions": self.fractions, "stop_reason": self.state.stop_reason,
-                 "t_rh0": self.state.t_rh0, "n0": self.state.n0, "e0": self.state.e0,
-                 "r_c0": self.state.r_c0, "time_unit": DIAG_UNITS["time"],
-                 "config": self.cfg.to_ini()}
-        cio.write_diagnostics(self.outdir / "diagnostics.h5", self.history, attrs, DIAG_UNITS)
+        if self._diag is None:
+            self.open_diagnostics()
+            return
+        if self.rank == 0:
+            self._diag.append(self.history)
+        self.history = {k: [] for k in self.last}
 
     def write_checkpoint(self) -> None:
-        """Write ``checkpoint.h5`` (collective): stars, run state, streams, history."""
+        """Write ``checkpoint.h5`` (collective): stars, run state, streams; diagnostics are
+        flushed first so that the checkpoint's ``diag_rows`` are on disk."""
+        self.write_diagnostics()
         self.state.wall_seconds = self._wall_at_start + time.monotonic() - self._wall_start
+        self.state.diag_rows = self.n_rows
         glob = self.gather_stars()
         tables = self.comm.gather(self.streams.states, root=0)
         if self.rank == 0 and self.outdir is not None:
             full = Streams(self.streams.seed, 0, np.concatenate(tables, axis=0))
             cio.write_checkpoint(self.outdir / "checkpoint.h5", glob, asdict(self.state),
-                                 self.history, full.write_hdf5, self.cfg.to_ini())
+                                 full.write_hdf5, self.cfg.to_ini(),
+                                 keep=self.cfg.output.checkpoints_to_keep,
+                                 extra_attrs=self.provenance())
         self._last_checkpoint = time.monotonic()
 
     # ------------------------------------------------------------------ the loop
@@ -733,12 +856,34 @@ class Simulation:
             return "energy_error"
         return ""
 
+    def warn_early_stop(self) -> None:
+        """Warn when the run would stop at once: N_core already near ``n_core_stop``."""
+        stop = self.core_stop()
+        n_core = self.last.get("N_core", math.inf)
+        if stop > 0 and n_core < 2.0 * stop:
+            log.warning("the initial N_core = %.1f is within a factor 2 of run.n_core_stop = "
+                        "%g: the run will stop within a few steps (core_collapse_ncore); "
+                        "set run.n_core_stop lower (0: off) for a model this small",
+                        n_core, stop)
+
     def run(self) -> str:
-        """Step until a stop condition; write outputs; return the stop reason."""
+        """Step until a stop condition; write outputs; return the stop reason.
+
+        Outputs of a run with ``outdir``: diagnostics.h5 (appended), checkpoints (written
+        at step 0, every ``output.checkpoint_every`` steps or ``checkpoint_minutes``, and at
+        the end), snapshots (start, every ``snapshot_every`` steps, and the final state).
+        """
         out = self.cfg.output
         old = self._install_signal_handlers()
-        if self.outdir is not None and self.state.step == 0:
-            self.write_snapshot()
+        if not self.state.start_time:
+            self.state.start_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if self.state.step == 0:
+            self.warn_early_stop()
+        if self.outdir is not None:
+            self.open_diagnostics()
+            if self.state.step == 0:
+                self.write_snapshot()
+                self.write_checkpoint()
         reason = ""
         try:
             while not reason:
@@ -747,7 +892,8 @@ class Simulation:
                     reason = self._stop_reason(d)
                 except StopRun as exc:
                     reason = f"error: {exc}"
-                    d = self.history and {k: v[-1] for k, v in self.history.items()} or {}
+                    d = self.last
+                _inject_fault(self.rank, self.state.step)
                 wall = time.monotonic() - self._wall_start
                 flags = allreduce_max(self.comm, np.array([
                     float(self._signal),
@@ -778,9 +924,88 @@ class Simulation:
         self.state.stop_reason = reason
         log.info("stopped after step %d: %s", self.state.step, reason)
         self.write_checkpoint()
-        self.write_snapshot()
-        self.write_diagnostics()
+        if self._snap_step != self.state.step:
+            self.write_snapshot()
+        if self.rank == 0 and self._diag is not None:
+            self._diag.close({"stop_reason": reason, "overrides": self.state.overrides})
         return reason
+
+
+#: What each diagnostics column means (its unit is in :data:`DIAG_UNITS`).
+DIAG_MEANINGS = {
+    "step": "step number", "time": "time", "time_nb": "time in N-body units",
+    "time_trh": "time in initial half-mass relaxation times", "N": "bound objects",
+    "M": "bound mass", "K": "kinetic energy of the bound objects",
+    "W": "potential energy of the bound objects", "E_bound": "K + W",
+    "E_escaped": "energy carried away by escapers (kinetic + potential at escape)",
+    "E_tot": "K + W + E_escaped + E_binding + E_binding_escaped - E_oops - E_mergers "
+             "(conserved)",
+    "dE_rel": "(E_tot - E0) / |E0|", "M_escaped": "mass of the escapers",
+    "N_escaped": "number of escapers", "E_deficit": "energy still owed by the Stodolkiewicz "
+    "correction", "r_h": "half-mass radius", "r_c": "core radius (Casertano-Hut)",
+    "rho_c": "central density", "N_core": "objects in the core",
+    "lagrange_radii": "Lagrange radii at the fractions of the attribute lagrange_fractions",
+    "virial_ratio": "2K/|W|", "N_binaries": "binaries in the cluster",
+    "E_binding": "internal energy of the bound binaries (negative)",
+    "E_binding_escaped": "internal energy of the escaped binaries",
+    "binary_fraction": "binaries / objects", "binary_fraction_core": "binaries / objects "
+    "inside r_c", "E_encounters": "energy given to the cluster by strong encounters",
+    "E_three_body": "energy given to the cluster by three-body binary formation",
+    "E_taken": "energy taken from neighbours to pay binary processes",
+    "E_oops": "energy owed by binary processes and not found in the neighbours",
+    "E_slots": "energy change of the shells from product masses, compensated in speeds",
+    "E_ejected": "energy of products ejected at once (unbound)",
+    "E_mergers": "energy dissipated by mergers", "dt": "time step of the step",
+    "trials_per_star": "rejection-sampling trials per star",
+    "bound_violations": "stars whose new orbit missed the energy bound",
+    "beta_mean": "mean deflection angle of the step", "beta_capped": "pairs with the "
+    "deflection capped at pi/2", "n_escaped_step": "escapers of the step",
+    "T_bs": "binary-single encounter time scale of the centre",
+    "T_bb": "binary-binary encounter time scale of the centre",
+    "n_binary_pairs": "pairs with a binary in the relaxation step",
+    "n_p_over_1": "pairs with encounter probability >= 1 in the step",
+}
+for _name in EVENT_COUNTS:
+    DIAG_MEANINGS.setdefault(_name, f"events of the step: {_name[2:].replace('_', ' ')}")
+
+#: Test hook: ``CMC_INJECT_FAULT=RANK:STEP[:kind]`` makes that rank fail after that step
+#: (kind ``raise``: an exception, ``exit``: os._exit(9), ``kill``: SIGKILL).  Never set in
+#: production; it lets the tests show that a failure on one rank ends every rank.
+FAULT_ENV = "CMC_INJECT_FAULT"
+
+
+def _inject_fault(rank: int, step: int) -> None:
+    import os
+
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    parts = spec.split(":")
+    if int(parts[0]) != rank or int(parts[1]) != step:
+        return
+    kind = parts[2] if len(parts) > 2 else "raise"
+    if kind == "exit":
+        os._exit(9)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"injected fault on rank {rank} after step {step}")
+
+
+#: Parameters that define what a run is; a restart cannot change them.
+FIXED_ON_RESTART = ("initial.*", "run.gamma", "run.emulate_ranks",
+                    "output.lagrange_fractions")
+
+
+def check_restart_overrides(old: Config, new: Config, overrides: list[str]) -> None:
+    """Raise :class:`InputError` naming the first override of a parameter that a restart
+    cannot change (:data:`FIXED_ON_RESTART`) to a different value."""
+    for ov in overrides:
+        key = ov.split("=", 1)[0].strip()
+        sec, _, name = key.partition(".")
+        if f"{sec}.*" in FIXED_ON_RESTART or key in FIXED_ON_RESTART:
+            if getattr(getattr(old, sec), name) != getattr(getattr(new, sec), name):
+                raise InputError(f"{key}: cannot change on restart (it defines the run); "
+                                 "start a new run instead")
 
 
 def scatter_global(comm, glob: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:

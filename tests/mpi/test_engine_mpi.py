@@ -131,27 +131,87 @@ def test_restart_at_p_ranks_is_bit_for_bit(world):
     assert same and same_rng and steps == 24
 
 
-def test_sweep_reports_broken_model(world):
+def _sweep_files(world, tmp: Path, values: str, rpm: int) -> Path:
+    """Write base.ini and a list-mode sweep.ini (rank 0) into the shared ``tmp``."""
+    sweep = tmp / "sweep.ini"
+    if world.rank == 0:
+        (tmp / "base.ini").write_text("[initial]\nn = 300\n[run]\nmax_steps = 3\n"
+                                      "n_core_stop = 0\n")
+        sweep.write_text(f"[sweep]\nbase = base.ini\nranks_per_model = {rpm}\nmode = list\n"
+                         f"[values]\n{values}")
+    world.Barrier()
+    return sweep
+
+
+def _sweep_rows(world, out: Path) -> list[dict]:
+    """The rows of OUT/summary.json, read on rank 0 and shared with every rank."""
+    import json
+
+    rows = json.loads((out / "summary.json").read_text()) if world.rank == 0 else None
+    return world.bcast(rows, root=0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("rpm", [1, 2])
+def test_sweep_reports_broken_model(world, rpm):
+    """Failing models are recorded and the other models (and groups) go on: nobody hangs."""
     from cmc.sweep import run_sweep
 
     tmp = shared_tmpdir(world)
-    sweep = tmp / "sweep.ini"
-    if world.rank == 0:
-        (tmp / "base.ini").write_text("[initial]\nn = 300\n[run]\nmax_steps = 5\n"
-                                      "n_core_stop = 0\n")
-        # model 2 asks for a King W0 outside [1, 12]: it must fail alone
-        sweep.write_text("[sweep]\nbase = base.ini\nranks_per_model = 1\nmode = list\n"
-                         "[values]\ninitial.seed = 1, 2, 3, 4\n"
-                         "initial.model = plummer, king, king, plummer\n"
-                         "initial.w0 = 5, 6, 13, 5\n")
-    world.Barrier()
+    # model 2 asks for a King W0 outside [1, 12] (bad parameter), model 4 for initial
+    # conditions that are not there (fails in the set-up): they must fail alone
+    sweep = _sweep_files(world, tmp, "initial.seed = 1, 2, 3, 4, 5\n"
+                         "initial.model = plummer, king, king, plummer, file\n"
+                         "initial.w0 = 5, 6, 13, 5, 5\n"
+                         f"initial.file = x, x, x, x, {tmp / 'missing.h5'}\n", rpm)
     code = run_sweep(sweep, world, tmp / "out")
-    table = None
+    codes = world.allgather(code)
+    rows = _sweep_rows(world, tmp / "out")
+    assert codes == [3] * world.size
+    assert [r["status"] for r in rows] == ["finished", "finished", "failed", "finished",
+                                           "failed"], rows
+    assert rows[2]["stop_reason"].startswith("ConfigError") and "initial.w0" in \
+        rows[2]["stop_reason"]
+    assert "missing.h5" in rows[4]["stop_reason"]
+    assert all(r["steps"] == 3 for r in rows if r["status"] == "finished")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("rpm", [1, 2])
+def test_sweep_dynamic_dispatch_runs_every_model_once(world, rpm):
+    """More models than groups: every model runs exactly once, on a group leader, spread over
+    the groups; ranks beyond the last full group stay idle; a rerun skips them all."""
+    import re
+
+    from cmc.sweep import run_sweep
+
+    tmp = shared_tmpdir(world)
+    n_groups = max(1, world.size // rpm)
+    n_models = 2 * n_groups + 1
+    seeds = ", ".join(str(s) for s in range(1, n_models + 1))
+    sweep = _sweep_files(world, tmp, f"initial.seed = {seeds}\n", rpm)
+    out = tmp / "out"
+    code = run_sweep(sweep, world, out)
+    rows = _sweep_rows(world, out)
+    ran = None
     if world.rank == 0:
-        table = (tmp / "out" / "summary.tsv").read_text().splitlines()
-    table = world.bcast(table, root=0)
-    assert code == 1
-    assert len(table) == 5
-    status = [row.split("\t")[2] for row in table[1:]]
-    assert status == ["ok", "ok", "failed", "ok"], table
-    assert "initial.w0" in table[3]
+        # the leader of the group that ran a model logs to its cmc.log, with its world rank
+        logs = [(out / r["name"] / "cmc.log").read_text() for r in rows]
+        ran = [(text.count("stopped after step"),
+                sorted({int(k) for k in re.findall(r"\[rank (\d+)\]", text)}))
+               for text in logs]
+    ran = world.bcast(ran, root=0)
+    codes = world.allgather(code)
+    code2 = run_sweep(sweep, world, out)
+    codes2 = world.allgather(code2)
+    rows2 = _sweep_rows(world, out)
+    assert codes == [0] * world.size and codes2 == [0] * world.size
+    assert len(rows) == n_models
+    assert all(r["status"] == "finished" and r["steps"] == 3 and not r["skipped"]
+               and not r["resumed"] for r in rows), rows
+    leaders = {g * rpm for g in range(n_groups)}
+    assert all(n_stops == 1 and len(ranks) == 1 and ranks[0] in leaders
+               for n_stops, ranks in ran), ran
+    assert len({ranks[0] for _, ranks in ran}) >= min(2, n_groups), ran
+    assert all(r["status"] == "finished" and r["skipped"] for r in rows2), rows2
+    assert [r["steps"] for r in rows2] == [r["steps"] for r in rows]

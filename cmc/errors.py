@@ -1,0 +1,77 @@
+"""Exit codes and the errors that map to them.
+
+A batch script reads the exit status of ``cmc`` to decide what to do next (README, "Exit
+codes"; docs/hpc.md):
+
+==== ==================================================================================
+code meaning
+==== ==================================================================================
+0    finished: a planned stop (``max_time``, ``max_steps``, a core-collapse criterion)
+1    internal error (a bug): the traceback is in ``OUTDIR/cmc.log``
+2    bad input or usage: parameter, initial conditions, damaged checkpoint, run directory
+     that already holds a run or is locked by another command
+3    physics failure (energy error beyond ``run.energy_error_max``, numerical failure):
+     do not requeue, inspect
+4    I/O failure (disk full, output not writable); the last good checkpoint is intact
+75   stopped early but resumable (signal, ``run.max_wall_hours``): ``cmc restart OUTDIR``
+130  interrupted before the run started (Ctrl-C during set-up)
+==== ==================================================================================
+"""
+
+from __future__ import annotations
+
+import errno
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INPUT = 2
+EXIT_PHYSICS = 3
+EXIT_IO = 4
+EXIT_RESUMABLE = 75
+EXIT_INTERRUPTED = 130
+
+#: Stop reasons of a run that ended as planned (exit 0).
+PLANNED_STOPS = ("max_time", "max_steps", "core_collapse_ncore", "core_collapse_rc")
+#: Stop reasons after which the run can simply be continued (exit 75).
+RESUMABLE_STOPS = ("signal", "wall_clock")
+
+#: errno values that mean the storage is full, not that the path is wrong.
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
+
+
+class CmcError(Exception):
+    """An error with a one-line message and the exit code it ends the command with."""
+
+    exit_code = EXIT_INTERNAL
+    #: True when every rank raised it together (no need to abort the others)
+    collective = False
+
+
+class InputError(CmcError, ValueError):
+    """Bad input a user can fix: a file, a parameter, a run directory (exit 2)."""
+
+    exit_code = EXIT_INPUT
+
+
+class OutputError(CmcError, OSError):
+    """Outputs cannot be written: disk full, not writable (exit 4)."""
+
+    exit_code = EXIT_IO
+
+
+def exit_code_for_stop(reason: str) -> int:
+    """Exit status of a run that stopped for ``reason``."""
+    if reason in PLANNED_STOPS:
+        return EXIT_OK
+    if reason in RESUMABLE_STOPS:
+        return EXIT_RESUMABLE
+    return EXIT_PHYSICS
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for an OSError that says the storage is full (or a quota is exceeded)."""
+    if isinstance(exc, OSError) and exc.errno in _FULL:
+        return True
+    # h5py reports HDF5 write failures as OSError without errno; the text names the cause
+    text = str(exc).lower()
+    return isinstance(exc, OSError) and ("no space left" in text or "quota" in text)
