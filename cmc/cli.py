@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -25,12 +26,13 @@ from cmc.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_IO,
+    EXIT_PHYSICS,
     CmcError,
     InputError,
     exit_code_for_stop,
     is_disk_full,
 )
-from cmc.log import log_traceback, setup_logging
+from cmc.log import log_file, log_traceback, setup_logging
 
 log = logging.getLogger("cmc.cli")
 _WORLD: list = []
@@ -68,14 +70,9 @@ def _check_launcher(env) -> None:
 
 
 def _set_threads(cfg_threads: int, comm) -> None:
-    import numba
+    from parallel.comm import set_numba_threads
 
-    try:  # the cores this process may use (a batch job's allocation), not the node's
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    n = cfg_threads or max(1, cores // comm.Get_size())
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    set_numba_threads(cfg_threads, comm.Get_size())
 
 
 def _err(msg: str) -> None:
@@ -121,13 +118,31 @@ def _warm_kernels(comm) -> None:
 
             cfg = Config()
             cfg.initial.n = 200
-            Simulation.create(cfg, SerialComm(), None).step()
+            # Ctrl-C inside LLVM's callbacks is swallowed and leaves numba broken: note it,
+            # finish compiling, then stop (a second Ctrl-C ends at once)
+            interrupted = []
+
+            def on_sigint(signum, frame):
+                if interrupted:
+                    _err("interrupted")
+                    os._exit(EXIT_INTERRUPTED)
+                interrupted.append(signum)
+                sys.stderr.write("cmc: interrupt noted: stopping once the kernels are compiled "
+                                 "(Ctrl-C again to stop now)\n")
+
+            old = signal.signal(signal.SIGINT, on_sigint)
+            try:
+                Simulation.create(cfg, SerialComm(), None).step()
+            finally:
+                signal.signal(signal.SIGINT, old)
+            if interrupted:
+                raise KeyboardInterrupt
     comm.Barrier()
 
 
 def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:
     """On rank 0: check ``outdir``, take its lock, clear it or find the run to resume.
-    Returns ``new``, ``resume`` or ``finished``."""
+    Returns ``new``, ``finished`` or the path of the checkpoint to resume from."""
     from cmc.rundir import clear_outputs, run_outputs, run_status
 
     if outdir.exists() and not outdir.is_dir():
@@ -147,8 +162,11 @@ def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:
         if status.kind == "failed":
             raise InputError(f"{outdir} holds {status.describe()}; inspect it, or start "
                              "afresh with --overwrite")
-        return "resume"
-    if outputs and not (args.overwrite or (args.resume and status.kind == "damaged")):
+        return str(status.checkpoint)
+    if args.resume and status.kind == "damaged":
+        raise InputError(f"{outdir} holds {status.describe()}; inspect it (cmc restart names "
+                         "the damage) or start afresh with --overwrite")
+    if outputs and not (args.overwrite or (args.resume and status.kind == "unstarted")):
         raise InputError(f"{outdir} already holds {status.describe()}: continue it with "
                          f"'cmc restart {outdir}' (or cmc run --resume), or replace it with "
                          "--overwrite")
@@ -199,9 +217,9 @@ def cmd_run(args) -> int:
         _warm_kernels(comm)
         from cmc.simulation import Simulation
 
-        if what == "resume":
-            log.info("cmc run --resume: continuing the run in %s", outdir)
-            sim = Simulation.from_checkpoint(outdir / "checkpoint.h5", comm, outdir=outdir)
+        if what != "new":
+            log.info("cmc run --resume: continuing the run in %s from %s", outdir, what)
+            sim = Simulation.from_checkpoint(what, comm, outdir=outdir)
         else:
             log.info("cmc run %s on %d rank(s); output in %s", args.config, comm.Get_size(),
                      outdir)
@@ -214,6 +232,9 @@ def cmd_run(args) -> int:
 def _finish(sim, outdir: Path) -> int:
     reason = sim.run()
     code = exit_code_for_stop(reason)
+    if code == EXIT_PHYSICS and sim.rank == 0:
+        _err(f"the run stopped with a physics failure ({reason}) at step {sim.state.step}; "
+             f"see {outdir / 'cmc.log'}")
     hint = {0: f"plot with: cmc plot {outdir}", 75: f"continue with: cmc restart {outdir}"}
     log.info("done (%s, exit %d); results in %s (diagnostics.h5, snapshots/, checkpoint.h5); "
              "%s", reason, code, outdir, hint.get(code, "see the log above"))
@@ -405,8 +426,11 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_IO, f"I/O error: {where}{exc.strerror or exc}"
     if isinstance(exc, MemoryError):
         return EXIT_INTERNAL, "out of memory"
-    return EXIT_INTERNAL, (f"internal error: {type(exc).__name__}: {exc} (a bug; the "
-                           "traceback is in the run's cmc.log; please report it)")
+    from cmc.log import log_file
+
+    where = f"the traceback is in {log_file()}" if log_file() else "traceback above"
+    return EXIT_INTERNAL, (f"internal error: {type(exc).__name__}: {exc} (a bug; {where}; "
+                           "please report it)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -414,14 +438,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _err("interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
         code, msg = _classify(exc)
         collective = getattr(exc, "collective", False)
         if code == EXIT_INTERNAL:
-            log_traceback(exc)
-            if not log_traceback_written():
+            if log_file():
+                log_traceback(exc)
+            else:
                 traceback.print_exc(file=sys.stderr)
         world = _WORLD[0] if _WORLD else None
         size = world.Get_size() if world is not None else 1
@@ -432,12 +458,6 @@ def main(argv: list[str] | None = None) -> int:
             # this rank alone failed: end every rank now rather than leave them waiting
             world.Abort(code)
         return code
-
-
-def log_traceback_written() -> bool:
-    from cmc.log import log_file
-
-    return log_file() is not None
 
 
 if __name__ == "__main__":

@@ -384,8 +384,18 @@ def write_checkpoint(path: str | os.PathLike, stars: dict[str, np.ndarray], stat
         write_streams(fh.create_group("streams"))
         fh.flush()
         fh.attrs["sha256"] = content_digest(fh)
+    # shift the older ones; the latest is linked (not moved) to its new name, so that a
+    # checkpoint.h5 exists at every moment, even if the process is killed in between
     for older, newer in zip(reversed(names[1:]), reversed(names[:-1])):
-        if newer.exists():
+        if newer == path and path.exists():
+            link = older.with_name(older.name + ".link")
+            link.unlink(missing_ok=True)
+            try:
+                os.link(path, link)
+            except OSError:  # no hard links on this file system
+                shutil.copy2(path, link)
+            os.replace(link, older)
+        elif newer.exists():
             os.replace(newer, older)
     os.replace(tmp, path)
     for stale in checkpoint_files(path)[keep:]:

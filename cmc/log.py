@@ -39,8 +39,11 @@ def setup_logging(rank: int = 0, logfile: str | None = None, level: int = loggin
     sh.addFilter(flt)
     logger.addHandler(sh)
     _LOGFILE.clear()
+    if logfile:
+        # rank 0 logs to the file; any other rank writes only a traceback, to its own file
+        _LOGFILE.append(logfile if rank == 0 else f"{logfile.removesuffix('.log')}"
+                        f".rank{rank}.log")
     if logfile and rank == 0:
-        _LOGFILE.append(logfile)
         fh = logging.FileHandler(logfile, mode="a")
         fh.setFormatter(fmt)
         fh.addFilter(flt)
@@ -48,7 +51,8 @@ def setup_logging(rank: int = 0, logfile: str | None = None, level: int = loggin
 
 
 def log_file() -> str | None:
-    """The log file of this process (rank 0 of a run), if any."""
+    """Where this process writes tracebacks: the run's log on rank 0, ``cmc.rankK.log`` on
+    rank K; None before a run directory is known."""
     return _LOGFILE[0] if _LOGFILE else None
 
 

@@ -49,9 +49,10 @@ def clear_outputs(outdir: str | os.PathLike) -> int:
 class RunStatus:
     """What a run directory holds.
 
-    ``kind`` is ``empty`` (no outputs), ``finished`` (stopped as planned), ``resumable``
+    ``kind`` is ``empty`` (no outputs), ``unstarted`` (outputs but no checkpoint: killed
+    during set-up, nothing to continue), ``finished`` (stopped as planned), ``resumable``
     (stopped early by a signal or the wall-clock limit, or killed: continue it), ``failed``
-    (physics failure), ``damaged`` (outputs but no readable checkpoint).
+    (physics failure), ``damaged`` (checkpoints, none readable).
     """
 
     kind: str
@@ -64,6 +65,8 @@ class RunStatus:
             return "no run"
         if self.kind == "damaged":
             return "a run without a readable checkpoint"
+        if self.kind == "unstarted":
+            return "a run killed before its first checkpoint"
         why = f" ({self.stop_reason})" if self.stop_reason else " (killed: no stop recorded)"
         return f"a {self.kind} run at step {self.step}{why}"
 
@@ -72,15 +75,24 @@ def run_status(outdir: str | os.PathLike) -> RunStatus:
     """Status of the run in ``outdir`` from its latest checkpoint's state (not verified)."""
     import h5py
 
+    from cmc.io import checkpoint_files
+
     d = Path(outdir)
     if not run_outputs(d):
         return RunStatus("empty")
-    ck = d / "checkpoint.h5"
-    try:
-        with h5py.File(ck, "r") as fh:
-            st = fh["state"].attrs
-            step, reason = int(st["step"]), str(st["stop_reason"])
-    except (OSError, KeyError, ValueError):
+    files = checkpoint_files(d / "checkpoint.h5")
+    if not files:
+        # killed before its first checkpoint (written at step 0): nothing to continue
+        return RunStatus("unstarted")
+    for ck in files:  # the newest readable one (the latest may be missing or torn)
+        try:
+            with h5py.File(ck, "r") as fh:
+                st = fh["state"].attrs
+                step, reason = int(st["step"]), str(st["stop_reason"])
+            break
+        except (OSError, KeyError, ValueError):
+            continue
+    else:
         return RunStatus("damaged")
     if reason in PLANNED_STOPS:
         kind = "finished"

@@ -70,6 +70,12 @@ DIAG_UNITS = {
     "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB", "E_slots": "E_NB",
     "E_ejected": "E_NB", "E_mergers": "E_NB",
     "T_bs": "t_NB", "T_bb": "t_NB",
+    "step": "1", "N": "objects", "dE_rel": "1", "N_escaped": "objects", "E_deficit": "E_NB",
+    "N_core": "objects", "virial_ratio": "1", "N_binaries": "binaries",
+    "binary_fraction": "1", "binary_fraction_core": "1", "trials_per_star": "1",
+    "bound_violations": "stars per step", "beta_mean": "rad", "beta_capped": "pairs per step",
+    "n_escaped_step": "objects per step", "n_binary_pairs": "pairs per step",
+    "n_p_over_1": "pairs per step",
 }
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
 #: that count events).
@@ -967,6 +973,7 @@ DIAG_MEANINGS = {
 }
 for _name in EVENT_COUNTS:
     DIAG_MEANINGS.setdefault(_name, f"events of the step: {_name[2:].replace('_', ' ')}")
+    DIAG_UNITS.setdefault(_name, "events per step")
 
 #: Test hook: ``CMC_INJECT_FAULT=RANK:STEP[:kind]`` makes that rank fail after that step
 #: (kind ``raise``: an exception, ``exit``: os._exit(9), ``kill``: SIGKILL).  Never set in

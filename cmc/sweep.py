@@ -467,17 +467,6 @@ def _model_log(mdir: Path, leader: bool) -> Iterator[None]:
         fh.close()
 
 
-def _set_threads(cfg_threads: int, n_ranks: int) -> None:
-    import numba
-
-    try:  # the cores this process may use (a batch job's allocation), not the node's
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    n = cfg_threads or max(1, cores // max(1, n_ranks))
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-
-
 # ---------------------------------------------------------------------------- one model
 def _plan(mdir: Path, rec: dict, base: Path, model: dict[str, str]) -> tuple[str, Any]:
     """On the group leader, holding the lock: what to do with the model's folder.
@@ -596,16 +585,18 @@ def run_model(i: int, model: dict[str, str], base: Path, comm: Any, outdir: Path
 
 def _run_sim(action: str, payload: Any, model: dict[str, str], base: Path, comm: Any,
              mdir: Path, rec: dict, Simulation: Any) -> None:
+    from parallel.comm import set_numba_threads
+
     leader = comm.Get_rank() == 0
     sim = None
     try:
         if action == "create":
             cfg = load_config(str(base), [f"{k}={v}" for k, v in model.items()])
-            _set_threads(cfg.run.threads, comm.Get_size())
+            set_numba_threads(cfg.run.threads, comm.Get_size())
             sim = Simulation.create(cfg, comm, mdir)
         else:
             sim = Simulation.from_checkpoint(payload, comm, overrides=None, outdir=mdir)
-            _set_threads(sim.cfg.run.threads, comm.Get_size())
+            set_numba_threads(sim.cfg.run.threads, comm.Get_size())
             rec["resumed"] = True
         reason = sim.run()
         rec.update(_results_of(sim.last), status=_status_of_stop(reason), stop_reason=reason)
@@ -798,9 +789,10 @@ def _error(msg: str, world: Any = None) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``cmc sweep SWEEP.ini [-o OUT] [--index I]``."""
-    from parallel.comm import get_world_comm
+    from cmc.cli import _warm_kernels, _world
 
-    world = get_world_comm()
+    world = _world()
+    _warm_kernels(world)
     index = args.index
     if index is None and os.environ.get("SLURM_ARRAY_TASK_ID", "").strip():
         raw = os.environ["SLURM_ARRAY_TASK_ID"].strip()

@@ -248,6 +248,23 @@ def get_world_comm() -> Any:
     return MPI.COMM_WORLD
 
 
+def set_numba_threads(cfg_threads: int, n_ranks: int) -> int:
+    """Set numba's thread count: ``cfg_threads``, or with 0 the cores this process may use
+    (a batch job's allocation, not the whole node) divided among the ``n_ranks`` ranks of
+    the node.  Returns the count set."""
+    import os
+
+    import numba
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    n = min(cfg_threads or max(1, cores // max(1, n_ranks)), numba.config.NUMBA_NUM_THREADS)
+    numba.set_num_threads(n)
+    return n
+
+
 def is_root(comm: Any) -> bool:
     """Return True on rank 0 of ``comm``."""
     return comm.Get_rank() == 0
