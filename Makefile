@@ -6,6 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # Oversubscribe freely: MPI tests run 3 ranks on a 2-core CI machine.
 MPIEXEC := $(BIN)/mpiexec
+MPI_TIMEOUT := --timeout=300 --timeout-method=thread
 export NUMBA_THREADING_LAYER ?= workqueue
 export OMP_NUM_THREADS ?= 1
 
@@ -25,13 +26,16 @@ run: install
 
 test: test-serial test-mpi
 
+# Every test has a time limit (pytest-timeout) and every mpiexec an outer one, so a hang fails
+# instead of blocking CI; under MPI the thread method ends the hung rank, and mpiexec the job.
 test-serial: install
-	$(PY) -m pytest -q tests --ignore=tests/mpi
+	$(PY) -m pytest -q --timeout=900 tests --ignore=tests/mpi
 
 test-mpi: install
-	$(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider tests/mpi
-	$(MPIEXEC) -n 3 $(PY) -m pytest -q -p no:cacheprovider tests/mpi
-	$(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider tests/mpi/test_engine_mpi.py -k sweep
+	timeout 900 $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) tests/mpi
+	timeout 900 $(MPIEXEC) -n 3 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) tests/mpi
+	timeout 600 $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) \
+		tests/mpi/test_engine_mpi.py -k sweep
 
 bench: install
 	$(PY) bench/run_bench.py $(BENCH_ARGS)

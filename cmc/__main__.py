@@ -1,7 +1,5 @@
 """Run the command-line interface: ``python -m cmc ...``."""
 
-import sys
+from cmc.cli import entry
 
-from cmc.cli import main
-
-sys.exit(main())
+entry()

@@ -419,6 +419,8 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     """Exit code and one-line message of an exception that ended a command."""
     if isinstance(exc, CmcError | ConfigError):
         return getattr(exc, "exit_code", EXIT_INPUT), str(exc)
+    if isinstance(exc, OSError | RuntimeError) and is_disk_full(exc):
+        return EXIT_IO, f"disk full: {exc}; the last good checkpoint is intact"
     if isinstance(exc, OSError):
         if is_disk_full(exc):
             return EXIT_IO, f"disk full: {exc}; the last good checkpoint is intact"
@@ -433,8 +435,35 @@ def _classify(exc: BaseException) -> tuple[int, str]:
                            "please report it)")
 
 
+def _unraisable_to_log(unraisable) -> None:
+    """Errors raised while objects are freed (HDF5 handles of a file that failed to write)
+    go to the log file, not the terminal: the command's one line already says what failed."""
+    path = log_file()
+    if path:
+        try:
+            with open(path, "a") as fh:
+                fh.write(f"ignored while freeing {unraisable.object!r}: "
+                         f"{type(unraisable.exc_value).__name__}: {unraisable.exc_value}\n")
+        except OSError:
+            pass
+
+
+def _excepthook_to_log(exc_type, exc, tb) -> None:
+    path = log_file()
+    if path:
+        try:
+            with open(path, "a") as fh:
+                fh.write("".join(traceback.format_exception(exc_type, exc, tb)))
+        except OSError:
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    sys.unraisablehook = _unraisable_to_log
+    # Cython reports an error in a deallocator through sys.excepthook first (h5py, when the
+    # disk is full); main catches everything else itself
+    sys.excepthook = _excepthook_to_log
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -460,5 +489,18 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
+def entry() -> None:
+    """Console entry point (``cmc``, ``python -m cmc``).  After an I/O failure the process
+    ends without the interpreter's teardown: HDF5 objects of a file that could not be written
+    can crash while they are freed (a segmentation fault on a full disk)."""
+    code = main()
+    if code == EXIT_IO:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -58,6 +58,9 @@ class OutputError(CmcError, OSError):
 
     exit_code = EXIT_IO
 
+    def __str__(self) -> str:
+        return str(self.strerror or super().__str__())
+
 
 def exit_code_for_stop(reason: str) -> int:
     """Exit status of a run that stopped for ``reason``."""
@@ -69,9 +72,11 @@ def exit_code_for_stop(reason: str) -> int:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """True for an OSError that says the storage is full (or a quota is exceeded)."""
+    """True for an error that says the storage is full (or a quota is exceeded): an OSError
+    with that errno, or an HDF5 error (h5py raises OSError or RuntimeError) whose text says
+    so."""
     if isinstance(exc, OSError) and exc.errno in _FULL:
         return True
-    # h5py reports HDF5 write failures as OSError without errno; the text names the cause
     text = str(exc).lower()
-    return isinstance(exc, OSError) and ("no space left" in text or "quota" in text)
+    return isinstance(exc, OSError | RuntimeError) and (
+        "no space left" in text or "quota" in text or "errno = 28" in text)

@@ -524,3 +524,39 @@ def test_kill_minus_nine_at_random_points_then_restart_equals_unbroken_run(tmp_p
     db, _ = read_diagnostics(out / "diagnostics.h5")
     for k in da:
         np.testing.assert_array_equal(da[k], db[k], err_msg=k)
+
+
+def test_real_disk_full_on_a_tiny_file_system(tmp_path):
+    """HDF5 failing on a full file system (a 1.5 MB tmpfs; the pre-write space check is
+    switched off so that the write itself fails): exit 4, one line, no traceback, no crash at
+    exit; the last checkpoint verifies and, moved to a larger disk, continues to the unbroken
+    run's end."""
+    import shutil
+
+    from cmc.io import SKIP_SPACE_CHECK_ENV, verify_checkpoint
+
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(tiny)],
+                           capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        ini = _ini(tmp_path, "[initial]\nn = 3000\n[run]\nmax_steps = 300\nn_core_stop = 0\n"
+                             "[output]\ncheckpoint_every = 30\nsnapshot_every = 20\n")
+        env = dict(os.environ, **{SKIP_SPACE_CHECK_ENV: "1"})
+        res = subprocess.run([sys.executable, "-m", "cmc", "run", str(ini), "-o",
+                              str(tiny / "o")], capture_output=True, text=True, env=env,
+                             timeout=240)
+        assert res.returncode == EXIT_IO, res.stderr[-2000:]
+        assert "disk full" in _one_error_line(res.stderr)
+        verify_checkpoint(tiny / "o" / "checkpoint.h5")
+        shutil.copytree(tiny / "o", tmp_path / "o")
+    finally:
+        subprocess.run(["umount", str(tiny)])
+    out = tmp_path / "o"
+    (out / ".lock").unlink()
+    assert main(["restart", str(out)]) == EXIT_OK
+    ref = tmp_path / "ref"
+    assert main(["run", str(ini), "-o", str(ref)]) == EXIT_OK
+    _assert_same_final(ref, out)
