@@ -116,20 +116,24 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
     for n, seed in [(n, s) for n in ns for s in seeds]:
         tag = f"N{n}" + (f"_seed{seed}" if seed != 1 else "")
         out = ROOT / "runs" / f"validate_{tag}"
-        if resume and (out / "checkpoint.h5").exists():
+        from cmc.rundir import run_status
+
+        status = run_status(out).kind if resume else "empty"
+        if status == "finished":
+            cmd = None  # nothing to continue: analyse it again
+        elif status == "resumable":
             # continue an interrupted validation (or one stopped by the wall-clock limit)
             cmd = [sys.executable, "-m", "cmc.cli", "restart", str(out),
                    "--set", f"run.threads={threads}"]
         else:
-            if out.exists():
-                shutil.rmtree(out)
-            cmd = [sys.executable, "-m", "cmc.cli", "run",
+            cmd = [sys.executable, "-m", "cmc.cli", "run", "--overwrite",
                    str(ROOT / "examples/plummer_small.ini"), "-o", str(out),
                    "--set", f"initial.n={n}", "--set", f"initial.seed={seed}",
                    "--set", "run.t_max=30",
                    "--set", f"run.threads={threads}",
                    "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
-        subprocess.run(cmd, check=True)
+        if cmd is not None:
+            subprocess.run(cmd, check=True)
         subprocess.run([sys.executable, "-m", "cmc.cli", "plot", str(out)], check=True)
         res = analyse(out)
         res["seed"] = seed
