@@ -12,6 +12,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -278,12 +279,6 @@ def content_digest(fh: h5py.File) -> str:
     return h.hexdigest()
 
 
-def diagnostics_attrs(path: str | os.PathLike) -> dict:
-    """Root attributes of diagnostics.h5 (readable while the run is writing it)."""
-    with _open_diagnostics(path) as fh:
-        return dict(fh.attrs)
-
-
 def _open_diagnostics(path: str | os.PathLike) -> h5py.File:
     """Open diagnostics.h5 for reading, also while a run appends to it (SWMR)."""
     try:
@@ -302,19 +297,16 @@ def read_diagnostics(path: str | os.PathLike, max_step: int | None = None
         raise InputError(f"cannot read {path}: {exc}") from None
     with fh:
         attrs = dict(fh.attrs)
-        n = fh["step"].shape[0] if "step" in fh else 0
-        if "step" in fh:
-            fh["step"].refresh() if fh.mode == "r" and fh.swmr_mode else None
-            n = fh["step"].shape[0]
-        if max_step is not None and n:
-            steps = fh["step"][:n]
-            n = int(np.searchsorted(steps, max_step, side="right"))
-        data = {}
-        for k in fh.keys():
-            ds = fh[k]
-            if fh.swmr_mode:
+        # a SWMR reader refreshes to see rows appended since it opened the file: "step"
+        # first, so that every column refreshed after it holds at least its rows
+        datasets = sorted(fh.values(), key=lambda ds: ds.name != "/step")
+        if fh.swmr_mode:
+            for ds in datasets:
                 ds.refresh()
-            data[k] = ds[:n]
+        n = fh["step"].shape[0] if "step" in fh else 0
+        if max_step is not None and n:
+            n = int(np.searchsorted(fh["step"][:n], max_step, side="right"))
+        data = {k: ds[:n] for k, ds in fh.items()}
     return data, attrs
 
 
@@ -396,14 +388,14 @@ def _checkpoint_names(path: Path, keep: int) -> list[Path]:
 
 
 def checkpoint_files(path: str | os.PathLike) -> list[Path]:
-    """Existing checkpoints next to ``path``, the latest first."""
+    """Existing checkpoints next to ``path`` (``checkpoint.h5``), the latest first:
+    ``checkpoint.h5, checkpoint.1.h5, checkpoint.2.h5, ...``."""
     path = Path(path)
     stem, suffix = path.name[: -len(path.suffix)], path.suffix
-    older = sorted(path.parent.glob(f"{stem}.*{suffix}"),
-                   key=lambda p: int(p.name[len(stem) + 1: -len(suffix)])
-                   if p.name[len(stem) + 1: -len(suffix)].isdigit() else 10**9)
-    return ([path] if path.exists() else []) + [p for p in older
-                                                if p.name[len(stem) + 1: -len(suffix)].isdigit()]
+    older = re.compile(rf"{re.escape(stem)}\.(\d+){re.escape(suffix)}")
+    numbered = sorted((int(m.group(1)), p) for p in path.parent.glob(f"{stem}.*{suffix}")
+                      if (m := older.fullmatch(p.name)))
+    return ([path] if path.exists() else []) + [p for _, p in numbered]
 
 
 def write_checkpoint(path: str | os.PathLike, stars: dict[str, np.ndarray], state: dict,

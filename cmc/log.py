@@ -56,14 +56,16 @@ def log_file() -> str | None:
     return _LOGFILE[0] if _LOGFILE else None
 
 
-def log_traceback(exc: BaseException) -> None:
-    """Append the traceback of ``exc`` to the log file only (the terminal gets one line)."""
+def log_traceback(exc: BaseException, path: str | None = None) -> None:
+    """Append the traceback of ``exc`` to ``path`` (default: this process's log file) only;
+    the terminal gets one line."""
     import traceback
 
-    if not _LOGFILE:
+    path = path or log_file()
+    if not path:
         return
     try:
-        with open(_LOGFILE[0], "a") as fh:
+        with open(path, "a") as fh:
             fh.write("".join(traceback.format_exception(exc)))
     except OSError:
         pass

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
 import time
 from dataclasses import asdict, dataclass, fields
@@ -147,6 +148,7 @@ class Simulation:
         self._wall_at_start = state.wall_seconds
         self._last_checkpoint = time.monotonic()
         self._diag: cio.DiagnosticsWriter | None = None
+        self._fault = os.environ.get(FAULT_ENV)
         self._snap_step = -1
         #: diagnostics rows recorded over the whole run (the restart's diag_rows onwards)
         self.n_rows = len(self.history.get("step", []))
@@ -800,10 +802,10 @@ class Simulation:
         them from memory (every rank)."""
         if self.outdir is None:
             return
-        if self._diag is None:
-            self.open_diagnostics()
-            return
         if self.rank == 0:
+            if self._diag is None:  # not opened by run(): opening writes the rows so far
+                self.open_diagnostics()
+                return
             self._diag.append(self.history)
         self.history = {k: [] for k in self.last}
 
@@ -899,7 +901,8 @@ class Simulation:
                 except StopRun as exc:
                     reason = f"error: {exc}"
                     d = self.last
-                _inject_fault(self.rank, self.state.step)
+                if self._fault is not None:
+                    _inject_fault(self._fault, self.rank, self.state.step)
                 wall = time.monotonic() - self._wall_start
                 flags = allreduce_max(self.comm, np.array([
                     float(self._signal),
@@ -981,12 +984,7 @@ for _name in EVENT_COUNTS:
 FAULT_ENV = "CMC_INJECT_FAULT"
 
 
-def _inject_fault(rank: int, step: int) -> None:
-    import os
-
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
+def _inject_fault(spec: str, rank: int, step: int) -> None:
     parts = spec.split(":")
     if int(parts[0]) != rank or int(parts[1]) != step:
         return

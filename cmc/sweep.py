@@ -71,7 +71,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,7 @@ from cmc.errors import (
     InputError,
     exit_code_for_stop,
 )
-from cmc.log import setup_logging
+from cmc.log import log_traceback, setup_logging
 
 log = logging.getLogger("cmc.sweep")
 
@@ -517,14 +516,6 @@ def _results_from_diagnostics(mdir: Path, step: int) -> dict | None:
         return None
 
 
-def _log_traceback(mdir: Path, exc: BaseException) -> None:
-    try:
-        with open(mdir / "cmc.log", "a") as fh:
-            fh.write("".join(traceback.format_exception(exc)))
-    except OSError:
-        pass
-
-
 def run_model(i: int, model: dict[str, str], base: Path, comm: Any, outdir: Path,
               signals: _Signals | None = None) -> dict | None:
     """Run (or skip, or continue) model ``i`` on the ranks of ``comm`` (collective).
@@ -608,7 +599,7 @@ def _run_sim(action: str, payload: Any, model: dict[str, str], base: Path, comm:
         rec.update(status="failed", stop_reason=f"{type(exc).__name__}: {exc}")
         log.warning("%s: failed: %s", mdir.name, rec["stop_reason"])
         if leader and not isinstance(exc, CmcError | ConfigError):
-            _log_traceback(mdir, exc)
+            log_traceback(exc, str(mdir / "cmc.log"))
 
 
 # ---------------------------------------------------------------------------- the sweep
@@ -782,9 +773,10 @@ def read_summary(outdir: str | Path) -> list[dict]:
 
 # ---------------------------------------------------------------------------- command line
 def _error(msg: str, world: Any = None) -> None:
+    from cmc.cli import _err
+
     if world is None or world.Get_rank() == 0:
-        sys.stderr.write(f"cmc: error: {msg}\n")
-        sys.stderr.flush()
+        _err(msg)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
