@@ -358,8 +358,8 @@ def cmd_plot(args) -> int:
     from cmc.plot import plot_run
 
     try:
-        path = plot_run(args.outdir)
-    except (OSError, KeyError) as exc:
+        path = plot_run(args.outdir, physical=args.physical)
+    except (OSError, KeyError, ValueError) as exc:
         raise InputError(f"cannot plot {args.outdir}: {exc}") from None
     setup_logging(0)
     log.info("wrote %s", path)
@@ -407,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     ic.set_defaults(func=cmd_ic)
     pl = sub.add_parser("plot", help="plot r_c/r_h, rho_c and Lagrange radii of a run")
     pl.add_argument("outdir")
+    pl.add_argument("--physical", action="store_true",
+                    help="time in Myr, radii in pc, masses in Msun")
     pl.set_defaults(func=cmd_plot)
     pa = sub.add_parser("params", help="list every parameter with unit and default")
     pa.set_defaults(func=cmd_params)

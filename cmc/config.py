@@ -62,6 +62,11 @@ class InitialConfig:
                              lo_open=True)
     binary_a_max: float = _p(1.0, "a_hs", "largest semi-major axis (a log-uniform in between), "
                              "units of a_hs", lo=0.0, lo_open=True)
+    r_vir_pc: float = _p(1.0, "pc", "initial virial radius: the length unit (0: tidally "
+                         "filling, r_vir from tidal.r_gc_kpc and tidal.v_c_kms; King models "
+                         "with tidal.r_t0_from = orbit)", lo=0.0)
+    m_total_msun: float = _p(0.0, "Msun", "initial cluster mass: the mass unit (0: the sum of "
+                             "the stars' masses in Msun)", lo=0.0)
 
 
 @dataclass
@@ -76,6 +81,12 @@ class RunConfig:
     relaxation: bool = _p(True, "", "apply two-body relaxation (off: orbits only)")
     t_max: float = _p(30.0, "t_rh0", "stop at this time (initial half-mass relaxation times)",
                       lo=0.0, lo_open=True)
+    t_max_myr: float = _p(0.0, "Myr", "also stop at this physical time; 0: off", lo=0.0)
+    n_min_fraction: float = _p(0.005, "N0", "dissolved: stop when fewer than this fraction of "
+                               "the initial objects remain (CMC: 0.005), or fewer than 40",
+                               lo=0.0, hi=1.0)
+    coulomb_n: str = _p("initial", "", "N in the Coulomb logarithm ln(gamma N): initial (N0, "
+                        "CMC) or current (N(t))", choices=("initial", "current"))
     max_steps: int = _p(1000000, "", "stop after this many steps", lo=1)
     max_wall_hours: float = _p(0.0, "h", "stop (with a checkpoint) after this wall time of one "
                                "invocation (run or restart); 0: off",
@@ -88,12 +99,30 @@ class RunConfig:
                                  lo=0.0, hi=1.0)
     energy_error_max: float = _p(0.05, "", "stop when |E - E0|/|E0| exceeds this", lo=0.0,
                                  lo_open=True)
-    r_tidal: float = _p(0.0, "r_vir", "tidal radius: apocentres beyond it escape; 0: isolated"
-                        " (king: use the model's tidal radius when -1)", lo=-1.0)
     emulate_ranks: int = _p(0, "ranks", "serial run that reproduces the random streams of a "
                             "P-rank MPI run (0: off)", lo=0)
     threads: int = _p(0, "", "numba threads per process (0: cores / MPI ranks)", lo=0)
     sample_size: int = _p(0, "", "Sample Sort samples per rank (0: automatic)", lo=0)
+
+
+@dataclass
+class TidalConfig:
+    """[tidal]: the galaxy's tidal field (see docs/method.md, "Tidal field")."""
+
+    mode: str = _p("isolated", "", "isolated (no tidal cut), fixed (a constant tidal radius) or "
+                   "shrinking (R_t = R_t0 (M/M0)^(1/3): a circular orbit in a point-mass "
+                   "galaxy, as CMC)", choices=("isolated", "fixed", "shrinking"))
+    r_t0_from: str = _p("model", "", "initial tidal radius: model (the King model's truncation "
+                        "radius: tidally filling), orbit (the Jacobi radius at r_gc_kpc with "
+                        "v_c_kms) or value (tidal.r_t0)", choices=("model", "orbit", "value"))
+    r_t0: float = _p(0.0, "r_vir", "initial tidal radius when r_t0_from = value", lo=0.0)
+    r_gc_kpc: float = _p(8.0, "kpc", "galactocentric radius of the circular orbit", lo=0.0,
+                         lo_open=True)
+    v_c_kms: float = _p(220.0, "km/s", "circular speed of the galaxy at r_gc_kpc", lo=0.0,
+                        lo_open=True)
+    dm_fraction_max: float = _p(0.01, "M0", "after a step that stripped more than this "
+                                "fraction of the initial mass, the step is 0.8 times the last "
+                                "one (CMC's calc_timestep); 0: never", lo=0.0, hi=1.0)
 
 
 @dataclass
@@ -162,10 +191,11 @@ class Config:
 
     initial: InitialConfig = field(default_factory=InitialConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    tidal: TidalConfig = field(default_factory=TidalConfig)
     binaries: BinariesConfig = field(default_factory=BinariesConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
 
-    SECTIONS = ("initial", "run", "binaries", "output")
+    SECTIONS = ("initial", "run", "tidal", "binaries", "output")
 
     def to_ini(self) -> str:
         """The parameters as INI text (round-trips through :func:`load_config`)."""
@@ -182,6 +212,9 @@ class Config:
         if "." not in dotted:
             raise ConfigError(f"{dotted}: expected section.key=value")
         sec, key = dotted.split(".", 1)
+        if (sec, key) == ("run", "r_tidal"):
+            self._legacy_r_tidal(value)
+            return
         if sec not in self.SECTIONS:
             raise ConfigError(f"{dotted}: unknown section [{sec}] "
                               f"(known: {', '.join(self.SECTIONS)})")
@@ -190,6 +223,23 @@ class Config:
         if key not in fmap:
             raise ConfigError(f"{sec}.{key}: unknown parameter (known: {', '.join(fmap)})")
         setattr(obj, key, _parse(f"{sec}.{key}", fmap[key], value))
+
+    def _legacy_r_tidal(self, value: str) -> None:
+        """``run.r_tidal`` of older parameter files (now [tidal]): 0 isolated, -1 the King
+        model's tidal radius, r > 0 that radius, both fixed."""
+        try:
+            r = float(value)
+        except ValueError:
+            raise ConfigError(f"run.r_tidal: {value.strip()!r} is not a valid float") from None
+        if r == 0.0:
+            self.tidal.mode = "isolated"
+        elif r == -1.0:
+            self.tidal.mode, self.tidal.r_t0_from = "fixed", "model"
+        elif r > 0.0 and math.isfinite(r):
+            self.tidal.mode, self.tidal.r_t0_from, self.tidal.r_t0 = "fixed", "value", r
+        else:
+            raise ConfigError(f"run.r_tidal: {value.strip()} must be -1, 0 or positive (it is "
+                              "now tidal.mode and tidal.r_t0)")
 
     def validate(self) -> None:
         """Check cross-parameter constraints."""
@@ -203,10 +253,17 @@ class Config:
                 raise ConfigError(f"output.lagrange_fractions: {x} is not in (0, 1)")
         if not self.output.lagrange_fractions:
             raise ConfigError("output.lagrange_fractions: needs at least one fraction")
-        if self.run.r_tidal == -1.0 and ini.model != "king":
-            raise ConfigError("run.r_tidal: -1 (the model's tidal radius) needs model = king")
-        if -1.0 < self.run.r_tidal < 0.0:
-            raise ConfigError("run.r_tidal: must be -1, 0 or positive")
+        td = self.tidal
+        if td.mode != "isolated":
+            if td.r_t0_from == "model" and ini.model not in ("king", "file"):
+                raise ConfigError("tidal.r_t0_from: model (the King truncation radius) needs "
+                                  "initial.model = king or file; use orbit or value")
+            if td.r_t0_from == "value" and td.r_t0 <= 0.0:
+                raise ConfigError("tidal.r_t0: must be positive when tidal.r_t0_from = value")
+        if ini.r_vir_pc == 0.0 and not (td.mode != "isolated" and td.r_t0_from == "orbit"
+                                        and ini.model == "king"):
+            raise ConfigError("initial.r_vir_pc: 0 (tidally filling) needs initial.model = "
+                              "king, tidal.mode fixed or shrinking and tidal.r_t0_from = orbit")
         if -1.0 < self.run.n_core_stop < 0.0:
             raise ConfigError("run.n_core_stop: must be -1 (auto), 0 (off) or positive")
         if self.binaries.eta_max <= self.binaries.eta_min:

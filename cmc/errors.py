@@ -31,7 +31,8 @@ EXIT_RESUMABLE = 75
 EXIT_INTERRUPTED = 130
 
 #: Stop reasons of a run that ended as planned (exit 0).
-PLANNED_STOPS = ("max_time", "max_steps", "core_collapse_ncore", "core_collapse_rc")
+PLANNED_STOPS = ("max_time", "max_steps", "core_collapse_ncore", "core_collapse_rc",
+                 "dissolved")
 #: Stop reasons after which the run can simply be continued (exit 75).
 RESUMABLE_STOPS = ("signal", "wall_clock")
 

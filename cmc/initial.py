@@ -40,8 +40,12 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
             # any other file must be in Hénon units or is rescaled to them
             to_henon_units(stars, ini.file)
         ensure_binary_columns(stars, cfg.binaries.three_body)
-        return stars, {"n": n, "model": "file", "r_tidal": float(attrs.get("r_tidal", 0.0)),
-                       "m_total_msun": float(np.sum(stars["m_msun"]))}
+        info = {"n": n, "model": "file", "r_tidal": float(attrs.get("r_tidal", 0.0)),
+                "m_total_msun": float(np.sum(stars["m_msun"]))}
+        if "unit_length_pc" in attrs:
+            info["unit_length_pc"] = float(attrs["unit_length_pc"])
+        _scale_masses(stars, info, cfg.initial.m_total_msun)
+        return stars, info
     rng = initial_generator(ini.seed)
     n = ini.n
     if ini.mass_function == "equal":
@@ -66,8 +70,62 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     if ini.binary_fraction > 0.0:
         n_bin = add_primordial_binaries(out, rng, ini)
     ensure_binary_columns(out, cfg.binaries.three_body)
-    return out, {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total,
-                 "n_binaries": n_bin}
+    info = {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total,
+            "n_binaries": n_bin}
+    _scale_masses(out, info, ini.m_total_msun)
+    return out, info
+
+
+def _scale_masses(stars: dict[str, np.ndarray], info: dict, m_total_msun: float) -> None:
+    """Scale the stars' physical masses to a given cluster mass (0: keep them)."""
+    if m_total_msun <= 0.0:
+        return
+    f = m_total_msun / info["m_total_msun"]
+    for key in ("m_msun", "bin_m1_msun", "bin_m2_msun"):
+        if key in stars:
+            stars[key] = stars[key] * f
+    info["m_total_msun"] = float(np.sum(stars["m_msun"]))
+
+
+def physical_scale(cfg: Config, info: dict, m_total: float) -> tuple[float, float, float]:
+    """Mass unit [Msun], length unit [pc] and initial tidal radius [Hénon length] of a run.
+
+    The mass unit is the cluster's mass in Msun per Hénon mass (``m_total`` is the model's
+    total mass in Hénon units: 1, or less for a snapshot of a run that lost stars).  The length
+    unit is ``initial.r_vir_pc``; a snapshot that carries its unit keeps it; with
+    ``r_vir_pc = 0`` a King model fills its Jacobi radius at ``tidal.r_gc_kpc``.  The initial
+    tidal radius follows ``tidal.r_t0_from`` (0 for isolated runs).
+
+    Raises
+    ------
+    InputError
+        No tidal radius to be had (``r_t0_from = model`` for a file without one).
+    """
+    import logging
+
+    from cmc.units import jacobi_radius_pc
+
+    td = cfg.tidal
+    unit_mass = info["m_total_msun"] / m_total
+    length = float(info.get("unit_length_pc", cfg.initial.r_vir_pc))
+    r_j_pc = 0.0
+    if td.mode != "isolated" and td.r_t0_from == "orbit":
+        r_j_pc = jacobi_radius_pc(info["m_total_msun"], td.r_gc_kpc, td.v_c_kms)
+    if length == 0.0:  # tidally filling: the King truncation radius is the Jacobi radius
+        length = r_j_pc / info["r_tidal"]
+        logging.getLogger("cmc.initial").info(
+            "tidally filling at R_gc = %g kpc: r_J = %.4g pc, r_vir = %.4g pc", td.r_gc_kpc,
+            r_j_pc, length)
+    if td.mode == "isolated":
+        return unit_mass, length, 0.0
+    if td.r_t0_from == "model":
+        if info["r_tidal"] <= 0.0:
+            raise InputError("tidal.r_t0_from = model: the initial model has no tidal radius "
+                             "(a King model or a snapshot with an r_tidal attribute has one)")
+        return unit_mass, length, float(info["r_tidal"])
+    if td.r_t0_from == "orbit":
+        return unit_mass, length, r_j_pc / length
+    return unit_mass, length, float(td.r_t0)
 
 
 #: Relative tolerance on M = 1 and E = -1/4 within which a file is taken as in Hénon units.

@@ -1,5 +1,6 @@
-"""Plots of a run: r_c/r_h, rho_c, Lagrange radii and (with binaries) the binary fraction
-overall and in the core against t/t_rh0 (PNG)."""
+"""Plots of a run: r_c/r_h, rho_c, Lagrange radii, (with a tidal field) the mass and the tidal
+radius, and (with binaries) the binary fraction overall and in the core, against t/t_rh0 or,
+in physical units, against Myr with radii in pc (PNG)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import numpy as np
 from cmc.io import read_diagnostics
 
 
-def plot_run(outdir: str | Path) -> Path:
-    """Draw ``OUTDIR/evolution.png`` from ``OUTDIR/diagnostics.h5``; returns its path."""
+def plot_run(outdir: str | Path, physical: bool = False) -> Path:
+    """Draw ``OUTDIR/evolution.png`` from ``OUTDIR/diagnostics.h5``; returns its path.
+
+    ``physical``: time in Myr, radii in pc, densities in Msun/pc^3, masses in Msun (the
+    conversion factors the file carries, :class:`cmc.units.Units`).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,25 +25,46 @@ def plot_run(outdir: str | Path) -> Path:
     outdir = Path(outdir)
     d, attrs = read_diagnostics(outdir / "diagnostics.h5")
     t = d["time_trh"]
+    length, mass, t_label, l_unit = 1.0, 1.0, "t / t_rh0", "r_vir"
+    rho_label = r"$\rho_c$ [M$_0$ r$_{vir}^{-3}$]"
+    if physical:
+        from cmc.units import Units
+
+        u = Units.from_attrs(attrs)
+        length, mass, t, t_label, l_unit = u.length_pc, u.mass_msun, d["time_myr"], \
+            "t [Myr]", "pc"
+        rho_label = r"$\rho_c$ [M$_\odot$ pc$^{-3}$]"
     binaries = "binary_fraction" in d and np.any(np.asarray(d["N_binaries"]) > 0)
-    fig, ax = plt.subplots(4 if binaries else 3, 1, figsize=(7, 13 if binaries else 10),
-                           sharex=True)
+    tidal = "r_tidal" in d and np.any(np.asarray(d["r_tidal"]) > 0)
+    rows = 3 + int(binaries) + int(tidal)
+    fig, ax = plt.subplots(rows, 1, figsize=(7, 3.3 * rows), sharex=True)
     ax[0].semilogy(t, d["r_c"] / d["r_h"])
     ax[0].set_ylabel("r_c / r_h")
-    ax[1].semilogy(t, d["rho_c"])
-    ax[1].set_ylabel(r"$\rho_c$ [M$_0$ r$_{vir}^{-3}$]")
+    ax[1].semilogy(t, d["rho_c"] * mass / length ** 3)
+    ax[1].set_ylabel(rho_label)
     lr = d["lagrange_radii"]
     for j, f in enumerate(attrs["lagrange_fractions"]):
-        ax[2].semilogy(t, lr[:, j], label=f"{100 * f:g} %")
-    ax[2].semilogy(t, d["r_c"], "k--", label="r_c")
-    ax[2].set_ylabel("radius [r_vir]")
+        ax[2].semilogy(t, lr[:, j] * length, label=f"{100 * f:g} %")
+    ax[2].semilogy(t, d["r_c"] * length, "k--", label="r_c")
+    if tidal:
+        ax[2].semilogy(t, d["r_tidal"] * length, "k:", label="r_tidal")
+    ax[2].set_ylabel(f"radius [{l_unit}]")
     ax[2].legend(fontsize=8, ncol=3)
+    row = 3
+    if tidal:
+        m_unit = "Msun" if physical else "M0"
+        ax[row].plot(t, d["M"] * mass, label="bound")
+        ax[row].plot(t, d["M_stripped"] * mass, label="stripped")
+        ax[row].plot(t, d["M_escaped"] * mass, label="other escapers")
+        ax[row].set_ylabel(f"mass [{m_unit}]")
+        ax[row].legend(fontsize=8)
+        row += 1
     if binaries:
-        ax[3].plot(t, d["binary_fraction"], label="all")
-        ax[3].plot(t, d["binary_fraction_core"], label="core (r < r_c)")
-        ax[3].set_ylabel("binary fraction")
-        ax[3].legend(fontsize=8)
-    ax[-1].set_xlabel("t / t_rh0")
+        ax[row].plot(t, d["binary_fraction"], label="all")
+        ax[row].plot(t, d["binary_fraction_core"], label="core (r < r_c)")
+        ax[row].set_ylabel("binary fraction")
+        ax[row].legend(fontsize=8)
+    ax[-1].set_xlabel(t_label)
     fig.suptitle(f"{outdir.name}: stop = {attrs.get('stop_reason', '')}")
     fig.tight_layout()
     path = outdir / "evolution.png"

@@ -35,6 +35,7 @@ from cmc import io as cio
 from cmc.config import Config, load_config
 from cmc.errors import PLANNED_STOPS, RESUMABLE_STOPS, InputError
 from cmc.stars import StarTable
+from cmc.units import Units
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
 from parallel.sample_sort import parallel_sort
@@ -43,7 +44,13 @@ from physics import encounters as enc
 from physics.binaries import binary_binary_timescale, binary_single_timescale, binding_energy
 from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
 from physics.fewbody import EncounterSettings
-from physics.orbits import ORBIT_OK, block_rows, new_orbits_rows, specific_energies
+from physics.orbits import (
+    ORBIT_ESCAPED_TIDAL,
+    ORBIT_OK,
+    block_rows,
+    new_orbits_rows,
+    specific_energies,
+)
 from physics.potential import compute_potential, potential_at_sorted_radii, potential_energy
 from physics.relaxation import (
     block_moments,
@@ -51,7 +58,14 @@ from physics.relaxation import (
     relax_pairs,
     window_relaxation_times,
 )
-from physics.structure import core_properties, lagrange_radii
+from physics.structure import core_properties, lagrange_mean_masses, lagrange_radii
+from physics.tidal import (
+    beyond,
+    mutual_energy,
+    shell_potential,
+    tidal_mass_loss_timestep,
+    tidal_radius,
+)
 
 log = logging.getLogger("cmc.simulation")
 
@@ -59,6 +73,8 @@ log = logging.getLogger("cmc.simulation")
 IC_STREAM = 2**30
 PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
          "diagnostics")
+#: A cluster with fewer objects has dissolved (the step needs a few 20-star blocks).
+MIN_OBJECTS = 40
 #: Stars of the centre over which the binary time scales are averaged (the paper: 300).
 CENTRAL_STARS = 300
 
@@ -66,10 +82,12 @@ DIAG_UNITS = {
     "time": "t_rel = t_NB N0/ln(gamma N0)", "time_nb": "t_NB", "time_trh": "t_rh0",
     "dt": "t_rel", "M": "M0", "K": "E_NB", "W": "E_NB", "E_bound": "E_NB",
     "E_escaped": "E_NB", "E_tot": "E_NB", "M_escaped": "M0", "r_h": "r_vir",
-    "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir",
+    "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir", "m_mean_lagrange": "M0",
     "E_binding": "E_NB", "E_binding_escaped": "E_NB", "E_encounters": "E_NB",
     "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB", "E_slots": "E_NB",
-    "E_ejected": "E_NB", "E_mergers": "E_NB",
+    "E_ejected": "E_NB", "E_mergers": "E_NB", "time_myr": "Myr", "r_tidal": "r_vir",
+    "M_stripped": "M0", "N_stripped": "objects", "E_stripped": "E_NB",
+    "n_stripped_step": "objects per step",
     "T_bs": "t_NB", "T_bb": "t_NB",
     "step": "1", "N": "objects", "dE_rel": "1", "N_escaped": "objects", "E_deficit": "E_NB",
     "N_core": "objects", "virial_ratio": "1", "N_binaries": "binaries",
@@ -117,6 +135,18 @@ class RunState:
     overrides: str = "[]"
     #: when the run was first started (UTC, ISO 8601)
     start_time: str = ""
+    #: physical scale (:class:`cmc.units.Units`): mass unit [Msun], length unit [pc]
+    unit_mass_msun: float = 1.0
+    unit_length_pc: float = 1.0
+    #: initial mass [Hénon mass] and tidal radius (initial, now) [Hénon length]; 0: none
+    m0: float = 1.0
+    r_t0: float = 0.0
+    r_tidal: float = 0.0
+    #: tidal stripping: energy, mass and number carried away; mass stripped last step
+    e_stripped: float = 0.0
+    m_stripped: float = 0.0
+    n_stripped: int = 0
+    dm_tidal_prev: float = 0.0
 
 
 class StopRun(Exception):
@@ -150,12 +180,14 @@ class Simulation:
         self._diag: cio.DiagnosticsWriter | None = None
         self._fault = os.environ.get(FAULT_ENV)
         self._snap_step = -1
+        self._dm_tidal = 0.0
         #: diagnostics rows recorded over the whole run (the restart's diag_rows onwards)
         self.n_rows = len(self.history.get("step", []))
         if self.size > 1 and cfg.run.emulate_ranks not in (0, self.size):
             raise ValueError("run.emulate_ranks: only for serial runs (or equal to the number "
                              f"of MPI ranks, {self.size})")
         self.n_emul = self.size if self.size > 1 else max(1, cfg.run.emulate_ranks)
+        self.units = Units(state.unit_mass_msun, state.unit_length_pc, state.n0, state.gamma)
         b = cfg.binaries
         self.phys = enc.BinaryPhysics(
             binary_single=b.binary_single, binary_binary=b.binary_binary, x_bs=b.x_bs,
@@ -170,7 +202,7 @@ class Simulation:
     @classmethod
     def create(cls, cfg: Config, comm, outdir: str | Path | None = None) -> Simulation:
         """New run from the initial model of ``cfg`` (built on rank 0, then distributed)."""
-        from cmc.initial import build_initial_stars
+        from cmc.initial import build_initial_stars, physical_scale
 
         n_emul = comm.Get_size() if comm.Get_size() > 1 else max(1, cfg.run.emulate_ranks)
         glob = None
@@ -178,6 +210,7 @@ class Simulation:
         if comm.Get_rank() == 0:
             try:
                 glob, info = build_initial_stars(cfg)
+                info["scale"] = physical_scale(cfg, info, float(np.sum(glob["m"])))
             except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
                 # bad initial conditions (read on rank 0): every rank raises, none waits
                 where = f"initial.file {cfg.initial.file}" if cfg.initial.model == "file" \
@@ -199,10 +232,15 @@ class Simulation:
         lnl0 = math.log(cfg.run.gamma * n0)
         state = RunState(n0=n0, e0=0.0, t_rh0=0.0, r_c0=0.0, lnl0=lnl0, gamma=cfg.run.gamma,
                          emulated_ranks=n_emul)
+        state.unit_mass_msun, state.unit_length_pc, state.r_t0 = info["scale"]
+        state.r_tidal = state.r_t0
         sim = cls(cfg, comm, StarTable(local), state, streams, outdir)
-        if cfg.run.r_tidal == -1.0:
-            cfg.run.r_tidal = float(info["r_tidal"])
         d = sim.diagnostics(record=False)
+        state.m0 = d["M"]
+        n_out = int(np.count_nonzero(sim.r_all > state.r_t0)) if state.r_t0 > 0.0 else 0
+        if n_out:
+            log.warning("%d star(s) start beyond the tidal radius %.4g r_vir: they are "
+                        "stripped in the first step", n_out, state.r_t0)
         state.e0 = d["E_tot"]
         state.t_rh0 = 0.138 * d["r_h"] ** 1.5 / math.sqrt(d["M"])
         state.r_c0 = d["r_c"]
@@ -277,7 +315,8 @@ class Simulation:
                              "older one: cmc restart OUTDIR --checkpoint checkpoint.1.h5)")
         still = self._stop_reason(self.last)
         if still:
-            key = {"max_time": "run.t_max", "max_steps": "run.max_steps",
+            key = {"max_time": "run.t_max (or run.t_max_myr)", "max_steps": "run.max_steps",
+                   "dissolved": "run.n_min_fraction",
                    "core_collapse_ncore": "run.n_core_stop", "core_collapse_rc":
                    "run.rc_stop_fraction", "energy_error": "run.energy_error_max"}[still]
             raise InputError(f"the run in {path} is finished ({still} at step "
@@ -317,8 +356,11 @@ class Simulation:
         t1 = time.perf_counter()
         self.timers["potential"] += t1 - t0
         # 2. shared time step
-        lnl = math.log(st.gamma * self.n_total) if st.gamma * self.n_total > 1 else 1e-300
-        coulomb_ratio = max(lnl, 1e-300) / st.lnl0
+        if self.cfg.run.coulomb_n == "current":
+            lnl = math.log(st.gamma * self.n_total) if st.gamma * self.n_total > 1 else 1e-300
+            coulomb_ratio = max(lnl, 1e-300) / st.lnl0
+        else:  # ln(gamma N0) throughout, as CMC
+            coulomb_ratio = 1.0
         # per-block sums of all ranks, gathered in block order: every rank then evaluates the
         # same 40-star windows, whatever the rank boundaries (no reduction order issues)
         moments = allgatherv_array(self.comm, block_moments(stars.m, stars.vr, stars.vt,
@@ -334,6 +376,8 @@ class Simulation:
             dt = min(dt, b.dt_fraction_bs * t_bs * to_rel, b.dt_fraction_bb * t_bb * to_rel)
         if st.dt_prev > 0.0:
             dt = min(dt, cfg.dt_growth_max * st.dt_prev)
+        dt = tidal_mass_loss_timestep(dt, st.dt_prev, st.dm_tidal_prev, st.m0,
+                                      self.cfg.tidal.dm_fraction_max)
         if not math.isfinite(dt) or dt <= 0.0:
             raise StopRun("time step is not finite (too few stars?)")
         t2 = time.perf_counter()
@@ -382,16 +426,25 @@ class Simulation:
         phi_on = np.empty(n)
         status = np.zeros(n, dtype=np.int8)
         counters = np.zeros((nb, 2))
+        r_apo = np.empty(n)
         new_orbits_rows(self.r_all, self.phi_all, self.mcum_all, gidx, block_start, stars.m,
-                        stars.vr, stars.vt, states, float(cfg.r_tidal), r_new, vr_new, vt_new,
-                        phi_oo, phi_on, status, counters)
+                        stars.vr, stars.vt, states, float(st.r_tidal), r_new, vr_new, vt_new,
+                        phi_oo, phi_on, status, counters, r_apo)
         self.streams.states[rows, subs] = states
+        w_mutual = 0.0
+        if self.cfg.tidal.mode != "isolated":
+            w_mutual = self._strip(gidx, r_apo, status, r_new, vr_new, vt_new, phi_oo, phi_on)
         esc = status != ORBIT_OK
-        e_esc = float(np.sum(stars.m[esc] * (phi_oo[esc] + 0.5 * (stars.vr[esc] ** 2
-                                                                   + stars.vt[esc] ** 2))))
-        m_esc = float(np.sum(stars.m[esc]))
-        n_esc = int(np.count_nonzero(esc))
-        eb_esc = self._binding(stars, esc) if n_esc else 0.0
+        e_each = stars.m * (phi_oo + 0.5 * (stars.vr ** 2 + stars.vt ** 2))
+        strip = status == ORBIT_ESCAPED_TIDAL
+        other = esc & ~strip
+        e_esc = float(np.sum(e_each[other]))
+        m_esc = float(np.sum(stars.m[other]))
+        n_esc = int(np.count_nonzero(other))
+        e_strip = float(np.sum(e_each[strip]))
+        m_strip = float(np.sum(stars.m[strip]))
+        n_strip = int(np.count_nonzero(strip))
+        eb_esc = self._binding(stars, esc) if n_esc + n_strip else 0.0
         e_esc += pre[0]
         m_esc += pre[1]
         n_esc += pre[2]
@@ -402,7 +455,7 @@ class Simulation:
         stars.r = r_new
         stars.vr = vr_new
         stars.vt = vt_new
-        if n_esc:
+        if n_esc + n_strip:
             stars = stars.take(~esc)
         t4 = time.perf_counter()
         self.timers["orbits"] += t4 - t3
@@ -433,7 +486,15 @@ class Simulation:
                                                  beta_stats[:, 0].sum(),
                                                  beta_stats[:, 1].sum(), eb_esc,
                                                  *self._binary_sums(), *counts,
-                                                 p_stats[:, 0].sum(), p_stats[:, 1].sum()]))
+                                                 p_stats[:, 0].sum(), p_stats[:, 1].sum(),
+                                                 e_strip, m_strip, n_strip]))
+        red, (e_strip, m_strip, n_strip) = red[:-3], red[-3:]
+        # the set stripped together: its mutual energy was counted twice in the stars'
+        # m (phi + v^2/2) (every rank holds the same w_mutual)
+        st.e_stripped += e_strip - w_mutual
+        st.m_stripped += m_strip
+        st.n_stripped += int(round(n_strip))
+        st.dm_tidal_prev = self._dm_tidal
         st.e_escaped += red[1]
         st.e_bind_escaped += red[8]
         ev = dict(zip(enc.COUNT_NAMES, red[11:11 + len(enc.COUNT_NAMES)], strict=True))
@@ -466,7 +527,8 @@ class Simulation:
         extra = {"dt": dt, "trials_per_star": red[4] / max(self.n_total, 1),
                  "bound_violations": red[5],
                  "beta_mean": red[6] / max(self.n_total // 2, 1), "beta_capped": red[7],
-                 "n_escaped_step": red[3], "T_bs": t_bs, "T_bb": t_bb,
+                 "n_escaped_step": red[3], "n_stripped_step": n_strip,
+                 "T_bs": t_bs, "T_bb": t_bb,
                  "n_binary_pairs": red[-2], "n_p_over_1": n_p1,
                  **{k: ev[k] for k in EVENT_COUNTS}}
         d = self.diagnostics(record=True, extra=extra, kinetic=float(red[0]),
@@ -545,6 +607,68 @@ class Simulation:
                 out.initial = flat[j]
             outs.append(out)
         return outs
+
+    def _strip(self, gidx: np.ndarray, r_apo: np.ndarray, status: np.ndarray,
+               r_new: np.ndarray, vr_new: np.ndarray, vt_new: np.ndarray, phi_oo: np.ndarray,
+               phi_on: np.ndarray) -> float:
+        """Tidal stripping of the step (collective), after the orbit kernel cut at R_t.
+
+        With a shrinking tidal radius the stars cut so far lower the mass, hence R_t; rows
+        whose apocentre (``r_apo``, old potential) lies beyond the new R_t are stripped too,
+        and so on until none is (CMC's iteration).  Stripped rows get ``ORBIT_ESCAPED_TIDAL``
+        and their old radius and velocities back.  The leaving rows' (slot, mass) of all ranks
+        are gathered in global row order, so the mass, R_t and the set stripped are the same
+        bits on any number of ranks and in the serial emulation.
+
+        Sets ``state.r_tidal`` and ``self._dm_tidal`` (the mass that left in the kernel and
+        by stripping).  Returns the mutual energy of all the rows that leave (the double
+        count in their ``m (phi + v^2/2)``).
+        """
+        st = self.state
+        m = self.stars.m
+        leaving = status != ORBIT_OK
+        parts = [self._gather_rows(gidx[leaving], m[leaving])]
+        r_t = st.r_tidal
+        if self.cfg.tidal.mode == "shrinking":
+            m_slots = float(self.mcum_all[-1])
+            while True:
+                left = np.concatenate(parts)
+                r_t = tidal_radius(st.r_t0, m_slots - float(np.sum(left[:, 1])), st.m0)
+                new = beyond(r_apo, status, ORBIT_OK, r_t)
+                got = self._gather_rows(gidx[new], m[new])
+                if got.shape[0] == 0:
+                    break
+                status[new] = ORBIT_ESCAPED_TIDAL
+                r_new[new] = self.r_all[gidx[new]]
+                vr_new[new] = self.stars.vr[new]
+                vt_new[new] = self.stars.vt[new]
+                phi_on[new] = phi_oo[new]
+                parts.append(got)
+            st.r_tidal = r_t
+        left = np.concatenate(parts)
+        self._dm_tidal = float(np.sum(left[:, 1]))
+        if left.shape[0] == 0:
+            return 0.0
+        order = np.argsort(left[:, 0], kind="stable")
+        r_s = self.r_all[left[order, 0].astype(np.int64)]
+        m_s = np.ascontiguousarray(left[order, 1])
+        # the others' orbits were drawn in a potential that held the leaving stars: the
+        # energy correction is made to see them leave at the start of the step (as unbound
+        # stars do).  With phi_S their field, v_new^2 = v_old^2 + (U_oo - U_on) - (phi_S(r_o)
+        # - phi_S(r_n)) + (U_no - U_nn); the correction reads phi_on - phi_oo, so both get
+        # phi_S added.  Otherwise the stars that stay keep half of the kinetic energy they
+        # gained or lost in the leaving stars' field, which the budget no longer holds.
+        ok = status == ORBIT_OK
+        phi_oo[ok] += shell_potential(r_s, m_s, self.r_all[gidx[ok]])
+        phi_on[ok] += shell_potential(r_s, m_s, r_new[ok])
+        return float(mutual_energy(r_s, m_s))
+
+    def _gather_rows(self, slots: np.ndarray, mass: np.ndarray) -> np.ndarray:
+        """(slot, mass) rows of every rank in global row order, shape (k, 2) (collective)."""
+        mine = np.empty((slots.size, 2))
+        mine[:, 0] = slots
+        mine[:, 1] = mass
+        return allgatherv_array(self.comm, mine)
 
     def _remove_unbound(self, gidx: np.ndarray, block_start: np.ndarray) -> tuple:
         """Remove the objects with ``phi_s + v^2/2 >= 0`` before the orbits are drawn.
@@ -689,12 +813,14 @@ class Simulation:
         w = potential_energy(self.r_all, self.m_all, self.phi_all)
         mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
         lr = lagrange_radii(self.r_all, self.m_all, self.fractions, self.mcum_all)
+        m_lr = lagrange_mean_masses(self.m_all, self.fractions, self.mcum_all)
         r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]), self.mcum_all)[0])
         r_c, rho_c, n_core = core_properties(self.r_all, self.m_all, r_h)
         # the whole budget: bound, escaped, binaries' internal energy (bound and escaped),
         # less what binary processes owe and could not take from their neighbours and what
         # mergers dissipated
-        e_tot = k + w + st.e_escaped + e_bind + st.e_bind_escaped - st.e_oops - st.e_mergers
+        e_tot = (k + w + st.e_escaped + st.e_stripped + e_bind + st.e_bind_escaped - st.e_oops
+                 - st.e_mergers)
         f_bin_core = 0.0
         if s.has_binary_fields:
             n_obj_core = int(np.searchsorted(self.r_all, r_c, side="right"))
@@ -704,23 +830,27 @@ class Simulation:
         unit_nb = st.n0 / st.lnl0
         d = {
             "step": st.step, "time": st.time, "time_nb": st.time * unit_nb,
+            "time_myr": self.units.rel_to_myr(st.time),
             "time_trh": st.time / st.t_rh0 if st.t_rh0 > 0 else 0.0,
             "N": self.n_total, "M": mtot, "K": k, "W": w, "E_bound": k + w,
             "E_escaped": st.e_escaped, "E_tot": e_tot,
             "dE_rel": (e_tot - st.e0) / abs(st.e0) if st.e0 else 0.0,
             "M_escaped": st.m_escaped, "N_escaped": st.n_escaped,
             "E_deficit": st.e_deficit, "r_h": r_h, "r_c": r_c, "rho_c": rho_c,
-            "N_core": n_core, "lagrange_radii": lr,
+            "N_core": n_core, "lagrange_radii": lr, "m_mean_lagrange": m_lr,
             "virial_ratio": 2.0 * k / abs(w) if w else 0.0,
             "N_binaries": n_bin, "E_binding": e_bind, "E_binding_escaped": st.e_bind_escaped,
             "binary_fraction": n_bin / max(self.n_total, 1),
             "binary_fraction_core": f_bin_core, "E_encounters": st.e_encounters,
             "E_three_body": st.e_three_body, "E_taken": st.e_taken, "E_oops": st.e_oops,
             "E_slots": st.e_slots, "E_ejected": st.e_ejected, "E_mergers": st.e_mergers,
+            "r_tidal": st.r_tidal, "M_stripped": st.m_stripped, "N_stripped": st.n_stripped,
+            "E_stripped": st.e_stripped,
         }
         base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
                 "beta_capped": 0.0, "n_escaped_step": 0.0, "T_bs": math.inf, "T_bb": math.inf,
-                "n_binary_pairs": 0.0, "n_p_over_1": 0.0, **dict.fromkeys(EVENT_COUNTS, 0.0)}
+                "n_binary_pairs": 0.0, "n_p_over_1": 0.0, "n_stripped_step": 0.0,
+                **dict.fromkeys(EVENT_COUNTS, 0.0)}
         base.update(extra or {})
         d.update(base)
         if record:
@@ -751,7 +881,9 @@ class Simulation:
     def _attrs(self) -> dict:
         st = self.state
         return {"step": st.step, "time": st.time, "time_trh": st.time / st.t_rh0,
-                "n_ranks": self.size, "time_unit": DIAG_UNITS["time"], **self.provenance()}
+                "time_myr": self.units.rel_to_myr(st.time), "r_tidal": st.r_tidal,
+                "n_ranks": self.size, "time_unit": DIAG_UNITS["time"], **self.units.attrs(),
+                **self.provenance()}
 
     def write_snapshot(self) -> None:
         """Write ``snapshots/snap_STEP.h5`` (collective)."""
@@ -768,7 +900,8 @@ class Simulation:
         st = self.state
         return {"lagrange_fractions": self.fractions, "stop_reason": st.stop_reason,
                 "t_rh0": st.t_rh0, "n0": st.n0, "e0": st.e0, "r_c0": st.r_c0,
-                "time_unit": DIAG_UNITS["time"], **self.provenance()}
+                "time_unit": DIAG_UNITS["time"], "m0": st.m0, "r_t0": st.r_t0,
+                "tidal_mode": self.cfg.tidal.mode, **self.units.attrs(), **self.provenance()}
 
     def open_diagnostics(self) -> None:
         """Start diagnostics.h5 (rank 0): the rows so far (on restart: the rows up to the
@@ -858,6 +991,10 @@ class Simulation:
             return "core_collapse_rc"
         if d["time_trh"] >= c.t_max:
             return "max_time"
+        if c.t_max_myr > 0 and d["time_myr"] >= c.t_max_myr:
+            return "max_time"
+        if d["N"] < c.n_min_fraction * self.state.n0 or d["N"] < MIN_OBJECTS:
+            return "dissolved"
         if self.state.step >= c.max_steps:
             return "max_steps"
         if abs(d["dE_rel"]) > c.energy_error_max:
@@ -917,10 +1054,15 @@ class Simulation:
                     reason = "wall_clock"
                 step = self.state.step
                 if step % out.progress_every == 0 or reason:
-                    log.info("step %d t=%.4f t_rh0 dt=%.3e N=%d r_c=%.4g r_h=%.4g N_core=%.1f "
-                             "dE/E0=%.2e", step, d.get("time_trh", 0), d.get("dt", 0),
-                             d.get("N", 0), d.get("r_c", 0), d.get("r_h", 0),
-                             d.get("N_core", 0), d.get("dE_rel", 0))
+                    tidal = ""
+                    if self.state.r_t0 > 0.0:
+                        tidal = (f" M={d.get('M', 0):.4f} stripped={d.get('M_stripped', 0):.4f}"
+                                 f" r_t={d.get('r_tidal', 0):.4g}")
+                    log.info("step %d t=%.4f t_rh0 (%.4g Myr) dt=%.3e N=%d r_c=%.4g r_h=%.4g "
+                             "N_core=%.1f dE/E0=%.2e%s", step, d.get("time_trh", 0),
+                             d.get("time_myr", 0), d.get("dt", 0), d.get("N", 0),
+                             d.get("r_c", 0), d.get("r_h", 0), d.get("N_core", 0),
+                             d.get("dE_rel", 0), tidal)
                 if out.snapshot_every and step % out.snapshot_every == 0 and not reason:
                     self.write_snapshot()
                 if step % out.diagnostics_every == 0 and not reason:
@@ -943,17 +1085,26 @@ class Simulation:
 #: What each diagnostics column means (its unit is in :data:`DIAG_UNITS`).
 DIAG_MEANINGS = {
     "step": "step number", "time": "time", "time_nb": "time in N-body units",
-    "time_trh": "time in initial half-mass relaxation times", "N": "bound objects",
+    "time_trh": "time in initial half-mass relaxation times", "N": "objects in the cluster",
     "M": "bound mass", "K": "kinetic energy of the bound objects",
     "W": "potential energy of the bound objects", "E_bound": "K + W",
-    "E_escaped": "energy carried away by escapers (kinetic + potential at escape)",
-    "E_tot": "K + W + E_escaped + E_binding + E_binding_escaped - E_oops - E_mergers "
-             "(conserved)",
+    "E_escaped": "energy carried away by other escapers (unbound, ejected; kinetic + "
+                 "potential at escape)",
+    "E_tot": "K + W + E_escaped + E_stripped + E_binding + E_binding_escaped - E_oops "
+             "- E_mergers (conserved)",
+    "time_myr": "time in Myr", "r_tidal": "tidal radius (0: isolated)",
+    "M_stripped": "mass stripped by the tidal field (apocentre beyond r_tidal)",
+    "N_stripped": "objects stripped by the tidal field",
+    "E_stripped": "energy carried away by the stripped objects (exact: less their mutual "
+                  "energy when several leave together)",
+    "n_stripped_step": "objects stripped in the step",
     "dE_rel": "(E_tot - E0) / |E0|", "M_escaped": "mass of the escapers",
     "N_escaped": "number of escapers", "E_deficit": "energy still owed by the Stodolkiewicz "
     "correction", "r_h": "half-mass radius", "r_c": "core radius (Casertano-Hut)",
     "rho_c": "central density", "N_core": "objects in the core",
     "lagrange_radii": "Lagrange radii at the fractions of the attribute lagrange_fractions",
+    "m_mean_lagrange": "mean mass of the objects inside each Lagrange radius (mass "
+                       "segregation: compare with M / N)",
     "virial_ratio": "2K/|W|", "N_binaries": "binaries in the cluster",
     "E_binding": "internal energy of the bound binaries (negative)",
     "E_binding_escaped": "internal energy of the escaped binaries",

@@ -359,17 +359,19 @@ def block_rows(n: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
-               r_new, vr_new, vt_new, phi_oo, phi_on, status, counters):
+               r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo=None):
     """:func:`new_orbits_rows` for local stars in the standard layout (row ``i`` is star
     ``offset + i``, blocks of 20 rows)."""
     gidx, block_start = block_rows(m.shape[0], offset)
+    if r_apo is None:
+        r_apo = np.empty(m.shape[0])
     new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states, r_tidal,
-                    r_new, vr_new, vt_new, phi_oo, phi_on, status, counters)
+                    r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo)
 
 
 @njit(cache=True, parallel=True)
 def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states, r_tidal,
-                    r_new, vr_new, vt_new, phi_oo, phi_on, status, counters):
+                    r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo):
     """Sample new orbits for the local stars (one kernel over all of them).
 
     A row is an object at the radius of star ``gidx[row]`` of the replicated arrays; block
@@ -400,6 +402,9 @@ def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, stat
         ``ORBIT_OK`` or an escape reason.
     counters : ndarray of float64, shape (nblocks, 2)
         Per block: rejection trials and bound violations.
+    r_apo : ndarray, shape (n,)
+        Output apocentre of each row's orbit in the old potential (``inf`` if unbound): a
+        shrinking tidal radius strips by it after the step's mass loss is known.
     """
     nblocks = states.shape[0]
     lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
@@ -420,6 +425,7 @@ def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, stat
             phi_oo[i] = pot
             rmin, rmax, kmin, kmax, dqmin, dqmax = turning_points(
                 r_all, phi_all, mcum_all, s, ms, e, jang, levels)
+            r_apo[i] = rmax
             if not np.isfinite(rmax):
                 status[i] = ORBIT_ESCAPED_UNBOUND
                 r_new[i] = rs

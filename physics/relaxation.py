@@ -51,16 +51,18 @@ def local_number_density(r_all, g, n0, p=DENSITY_NEIGHBOURS):
 
 @njit(cache=True)
 def block_moments(m, vr, vt, n0):
-    """Per 20-star block of the local stars: (number of stars, sum v^2, sum (N0 m)^2)."""
+    """Per 20-star block of the local stars: (number of stars, sum m' v^2, sum m'^2, sum m'),
+    ``m' = N0 m``."""
     n = m.shape[0]
     nb = (n + BIN - 1) // BIN
-    out = np.zeros((nb, 3))
+    out = np.zeros((nb, 4))
     for b in range(nb):
         for i in range(b * BIN, min(n, (b + 1) * BIN)):
-            out[b, 0] += 1.0
-            out[b, 1] += vr[i] * vr[i] + vt[i] * vt[i]
             mm = m[i] * n0
+            out[b, 0] += 1.0
+            out[b, 1] += mm * (vr[i] * vr[i] + vt[i] * vt[i])
             out[b, 2] += mm * mm
+            out[b, 3] += mm
     return out
 
 
@@ -69,7 +71,8 @@ def window_relaxation_times(r_all, moments, n0, coulomb_ratio, width=WINDOW_BLOC
     """Relaxation time of consecutive, non-overlapping windows of ``width`` blocks.
 
     ``T = (pi/32) w^3 / (4 <m'^2> n' L)`` with ``w = 4 sigma_3D / sqrt(3 pi)`` the mean relative
-    speed of a Maxwellian and ``n'`` = (stars in the window - 1) / (N0 x shell volume between
+    speed of a Maxwellian (``sigma_3D^2 = sum m v^2 / sum m``, mass-weighted as in CMC's
+    simul_relax_new) and ``n'`` = (stars in the window - 1) / (N0 x shell volume between
     its first and last star).  ``moments`` are the global per-block sums from
     :func:`block_moments` in block order; ``r_all`` the replicated radii.  Every rank gets the
     same numbers (no reduction needed).
@@ -79,15 +82,17 @@ def window_relaxation_times(r_all, moments, n0, coulomb_ratio, width=WINDOW_BLOC
     out = np.empty(nw)
     for wdx in range(nw):
         cnt = 0.0
-        v2 = 0.0
+        mv2 = 0.0
         m2 = 0.0
+        m1 = 0.0
         for b in range(wdx * width, min(nb, (wdx + 1) * width)):
             cnt += moments[b, 0]
-            v2 += moments[b, 1]
+            mv2 += moments[b, 1]
             m2 += moments[b, 2]
+            m1 += moments[b, 3]
         first = wdx * width * BIN
         last = min(r_all.shape[0], first + int(cnt)) - 1
-        if cnt < 3.0 or v2 <= 0.0 or m2 <= 0.0:
+        if cnt < 3.0 or mv2 <= 0.0 or m2 <= 0.0:
             out[wdx] = np.inf
             continue
         vol = 4.0 / 3.0 * np.pi * (r_all[last] ** 3 - r_all[first] ** 3)
@@ -95,7 +100,7 @@ def window_relaxation_times(r_all, moments, n0, coulomb_ratio, width=WINDOW_BLOC
             out[wdx] = np.inf
             continue
         nprime = (cnt - 1.0) / (vol * n0)
-        w = 4.0 * np.sqrt(v2 / cnt) / np.sqrt(3.0 * np.pi)
+        w = 4.0 * np.sqrt(mv2 / m1) / np.sqrt(3.0 * np.pi)
         out[wdx] = np.pi / 32.0 * w ** 3 / (4.0 * (m2 / cnt) * nprime * coulomb_ratio)
     return out
 
@@ -232,7 +237,7 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
         for i in range(i0, i1 - 1, 2):
             phi = 2.0 * np.pi * taus_uniform(states, b)
             psi = 2.0 * np.pi * taus_uniform(states, b)
-            beta, cap = _relax_pair(r_all, offset + i + 1, m, vr, vt, i, i + 1, phi, psi, dt,
+            beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, i + 1, phi, psi, dt,
                                     n0, coulomb_ratio)
             if beta >= 0.0:
                 bsum += beta
@@ -304,7 +309,7 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, states, dt
                         rp = x_bb * (bin_a[i] + bin_a[j])
                     else:
                         rp = x_bs * (bin_a[i] if is_binary[i] else bin_a[j])
-                    dens = local_number_density(r_all, offset + j, n0) * n0
+                    dens = local_number_density(r_all, offset + i, n0) * n0
                     p = dens * w * strong_encounter_cross_section(rp, m[i] + m[j], w) * dt_nb
                     if p >= 1.0:
                         n_p1 += 1.0
@@ -315,7 +320,7 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, states, dt
                         enc_phi[k] = phi
                         enc_w[k] = w
                         continue
-            beta, cap = _relax_pair(r_all, offset + j, m, vr, vt, i, j, phi, psi, dt, n0,
+            beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, j, phi, psi, dt, n0,
                                     coulomb_ratio)
             if beta >= 0.0:
                 bsum += beta

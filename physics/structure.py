@@ -4,7 +4,9 @@ The core follows Casertano & Hut (1985) in the radial ordering: the density at s
 the mass of the ``J - 1`` stars strictly inside the shell bounded by its ``J/2``-th inner and
 outer radial neighbours (``J = 6``; the ``J - 1`` is their bias correction) divided by the shell
 volume.  Over the stars inside ``r_h``: ``rho_c = f sum(rho_i^2) / sum(rho_i)``,
-``r_c = sum(rho_i r_i) / sum(rho_i)``, and ``N_core = 4/3 pi r_c^3 (rho_c / <m>) / 2``, with
+``r_c = sum(rho_i r_i) / sum(rho_i)``, and ``N_core = 4/3 pi r_c^3 (rho_c / m_c) / 2`` with
+``m_c = sum(rho_i m_i) / sum(rho_i)`` the density-weighted mean mass of the centre (CMC's
+central.m_ave: with a mass spectrum the core's stars are heavier than the average star), with
 the C code's normalisation: ``f = 4/5 x 2 = 1.6`` (its bias correction of the estimator, and a
 factor 2 that brings the weighted mean up to the central density of Plummer and King models;
 for a Plummer sphere rho_c is then 3/(4 pi a^3) = 1.17 within sampling noise) and the 1/2 in
@@ -47,6 +49,32 @@ def lagrange_radii(r: np.ndarray, m: np.ndarray, fractions: np.ndarray,
     return r[idx]
 
 
+def lagrange_mean_masses(m: np.ndarray, fractions: np.ndarray,
+                         mcum: np.ndarray | None = None) -> np.ndarray:
+    """Mean mass of the stars inside each Lagrange radius (those of :func:`lagrange_radii`).
+
+    Parameters
+    ----------
+    m : ndarray
+        Masses in radial order [Hénon mass].
+    fractions : ndarray
+        Mass fractions in (0, 1).
+    mcum : ndarray, optional
+        ``cumsum(m)``.
+
+    Returns
+    -------
+    ndarray
+        ``M(<= r_f) / N(<= r_f)`` [Hénon mass] for each fraction.
+    """
+    if m.size == 0:
+        return np.full(len(fractions), np.nan)
+    mcum = np.cumsum(m) if mcum is None else mcum
+    idx = np.clip(np.searchsorted(mcum, np.asarray(fractions) * mcum[-1], side="left"), 0,
+                  m.size - 1)
+    return mcum[idx] / (idx + 1)
+
+
 @njit(cache=True)
 def core_properties(r, m, r_half):
     """Casertano-Hut core radius, core density and N_core from sorted ``r``, ``m``.
@@ -58,7 +86,8 @@ def core_properties(r, m, r_half):
     rho_c : float
         Density-weighted mean density times 1.6 [Hénon mass / length^3].
     n_core : float
-        ``4/3 pi r_c^3 rho_c / (2 <m>)`` (number of stars in the core, C-code convention).
+        ``4/3 pi r_c^3 rho_c / (2 m_c)``, ``m_c`` the density-weighted mean mass (number of
+        stars in the core, C-code convention).
     """
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
@@ -67,9 +96,7 @@ def core_properties(r, m, r_half):
     s_rho = 0.0
     s_rho2 = 0.0
     s_rhor = 0.0
-    mtot = 0.0
-    for i in range(n):
-        mtot += m[i]
+    s_rhom = 0.0
     i = 0
     while i < n and r[i] <= r_half:
         lo = i - h
@@ -87,12 +114,13 @@ def core_properties(r, m, r_half):
             s_rho += rho
             s_rho2 += rho * rho
             s_rhor += rho * r[i]
+            s_rhom += rho * m[i]
         i += 1
     if s_rho <= 0.0:
         return np.nan, np.nan, np.nan
     rho_c = RHO_FACTOR * s_rho2 / s_rho
     r_c = s_rhor / s_rho
-    n_core = 4.0 / 3.0 * np.pi * r_c ** 3 * 0.5 * rho_c / (mtot / n)
+    n_core = 4.0 / 3.0 * np.pi * r_c ** 3 * 0.5 * rho_c / (s_rhom / s_rho)
     return r_c, rho_c, n_core
 
 
@@ -112,4 +140,5 @@ def core_properties_reference(r: np.ndarray, m: np.ndarray, r_half: float):
     rho = mass / (4.0 / 3.0 * np.pi * (r[hi] ** 3 - r_in ** 3))
     rho_c = RHO_FACTOR * np.sum(rho ** 2) / np.sum(rho)
     r_c = np.sum(rho * r[sel]) / np.sum(rho)
-    return r_c, rho_c, 4.0 / 3.0 * np.pi * r_c ** 3 * 0.5 * rho_c / np.mean(m)
+    m_c = np.sum(rho * m[sel]) / np.sum(rho)
+    return r_c, rho_c, 4.0 / 3.0 * np.pi * r_c ** 3 * 0.5 * rho_c / m_c

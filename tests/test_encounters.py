@@ -105,7 +105,7 @@ def test_selection_frequency_matches_probability():
     k = np.arange(n // 2)
     i, j = 2 * k, 2 * k + 1
     w = np.abs(t["vr"][i] - t["vr"][j])
-    dens = np.array([local_number_density(t["r"], jj, float(n)) * n for jj in j])
+    dens = np.array([local_number_density(t["r"], ii, float(n)) * n for ii in i])
     s = math.pi * rp ** 2 * (1 + 2 * (t["m"][i] + t["m"][j]) / (rp * w ** 2))
     p_raw = dens * w * s * dt_nb
     p = np.minimum(p_raw, 1.0)

@@ -95,13 +95,20 @@ def _stopped_and_restarted(tmp_path, ini_text: str, stop: int, total: int):
     return fa, fb
 
 
-@pytest.mark.parametrize("emulate,binaries", [(0, 0.0), (3, 0.0), (3, 0.2)])
-def test_restart_is_bit_for_bit(tmp_path, emulate, binaries):
+@pytest.mark.parametrize("emulate,binaries,tidal", [(0, 0.0, False), (3, 0.0, False),
+                                                    (3, 0.2, False), (3, 0.0, True)])
+def test_restart_is_bit_for_bit(tmp_path, emulate, binaries, tidal):
     """A run stopped and restarted equals the uninterrupted run in every bit (also with
-    primordial binaries: the binary table travels through the checkpoint)."""
+    primordial binaries: the binary table travels through the checkpoint; and with a
+    shrinking tidal radius: R_t and the last step's stripped mass travel in the state)."""
+    king = "model = king\nw0 = 3\n[tidal]\nmode = shrinking\n" if tidal else ""
     (sa, _, da), (_, _, db) = _stopped_and_restarted(
-        tmp_path, f"[initial]\nn = 2000\nseed = 5\nbinary_fraction = {binaries}\n"
+        tmp_path, f"[initial]\nn = 2000\nseed = 5\nbinary_fraction = {binaries}\n{king}"
         f"[run]\nemulate_ranks = {emulate}\n[output]\ncheckpoint_every = 7\n", 13, 30)
+    if tidal:
+        assert np.sum(da["n_stripped_step"][14:]) > 10
+        for k in ("r_tidal", "M_stripped", "E_stripped"):
+            np.testing.assert_array_equal(da[k], db[k], err_msg=k)
     for k in ("time", "E_tot", "r_c", "N", "lagrange_radii", "E_binding"):
         np.testing.assert_array_equal(da[k], db[k], err_msg=k)
     assert da["step"][-1] == 30

@@ -26,19 +26,27 @@ def shared_tmpdir(world) -> Path:
     return Path(world.bcast(path, root=0))
 
 
-def _cfg(p_emul: int, n: int = 2000, steps: int = 50, binaries: float = 0.0):
+#: a tidally limited King model whose shrinking tidal radius strips stars in every step
+TIDAL = ["initial.model=king", "initial.w0=3", "tidal.mode=shrinking"]
+
+
+def _cfg(p_emul: int, n: int = 2000, steps: int = 50, binaries: float = 0.0,
+         extra: tuple = ()):
     return load_config(None, [f"initial.n={n}", "initial.seed=12", f"run.max_steps={steps}",
                               f"run.emulate_ranks={p_emul}", "run.n_core_stop=0",
-                              f"initial.binary_fraction={binaries}"])
+                              f"initial.binary_fraction={binaries}", *extra])
 
 
-@pytest.mark.parametrize("binaries", [0.0, 0.2])
-def test_parallel_run_equals_serial_emulation(world, binaries):
+@pytest.mark.parametrize("binaries,tidal", [(0.0, False), (0.2, False), (0.0, True),
+                                            (0.2, True)])
+def test_parallel_run_equals_serial_emulation(world, binaries, tidal):
     """Also with primordial binaries and strong encounters: the binary table moves with the
     centre of mass through the sample sort and the redistribution, encounters draw from their
-    block's sub-stream and products stay in their block."""
+    block's sub-stream and products stay in their block.  With a shrinking tidal radius the
+    iterative stripping decides on the same bits on every rank count."""
     p = world.size
-    sim = Simulation.create(_cfg(0, binaries=binaries), world)
+    extra = TIDAL if tidal else ()
+    sim = Simulation.create(_cfg(0, binaries=binaries, extra=extra), world)
     for _ in range(50):
         sim.step()
     par = sim.gather_stars()
@@ -46,7 +54,8 @@ def test_parallel_run_equals_serial_emulation(world, binaries):
     # the serial emulation of p ranks, computed on rank 0 and shared
     ser = ser_diag = None
     if world.rank == 0:
-        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=binaries), SerialComm())
+        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=binaries, extra=extra),
+                                SerialComm())
         for _ in range(50):
             emu.step()
         ser = emu.gather_stars()
@@ -59,19 +68,22 @@ def test_parallel_run_equals_serial_emulation(world, binaries):
         if binaries:
             same["has_binaries"] = bool(np.count_nonzero(par["binind"] >= 0) > 300)
         rel = {}
-        for k in ("E_tot", "K", "r_c", "rho_c", "N_core", "r_h", "dt"):
+        for k in ("E_tot", "K", "r_c", "rho_c", "N_core", "r_h", "dt", "r_tidal"):
             a, b = par_diag[k], ser_diag[k]
             rel[k] = float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
         n_enc = float(np.sum(par_diag["n_binary_single"]) + np.sum(par_diag["n_binary_binary"]))
         # every star is a single or one of two members: stars are only lost by escape
         n_stars = par_diag["N"] + par_diag["N_binaries"]
-        verdict = (same, rel, int(n_stars[-1]), int(n_stars[0]), n_enc)
-    same, rel, n_end, n_start, n_enc = world.bcast(verdict, root=0)
+        n_strip = float(np.sum(par_diag["n_stripped_step"]))
+        verdict = (same, rel, int(n_stars[-1]), int(n_stars[0]), n_enc, n_strip)
+    same, rel, n_end, n_start, n_enc, n_strip = world.bcast(verdict, root=0)
     assert all(same.values()), same
     assert max(rel.values()) < 1e-12, rel
     assert n_end <= n_start
     if binaries:
         assert n_enc >= 5  # the comparison covers encounters
+    if tidal:
+        assert n_strip >= 100  # and stripping
 
 
 def test_three_body_binaries_equal_serial_emulation(world):
