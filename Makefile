@@ -46,6 +46,7 @@ bench: install
 validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)
 	$(PY) bench/validate_binaries.py
+	$(PY) bench/validate_tidal.py --resume
 
 validate-fewbody: install
 	$(PY) bench/validate_fewbody.py

@@ -1148,7 +1148,7 @@ def _inject_fault(spec: str, rank: int, step: int) -> None:
 
 
 #: Parameters that define what a run is; a restart cannot change them.
-FIXED_ON_RESTART = ("initial.*", "run.gamma", "run.emulate_ranks",
+FIXED_ON_RESTART = ("initial.*", "run.gamma", "run.coulomb_n", "run.emulate_ranks", "tidal.*",
                     "output.lagrange_fractions")
 
 

@@ -261,3 +261,37 @@ def test_core_uses_density_weighted_mean_mass():
     rc, rho, nc = core_properties(r, meq, rh)
     assert nc == pytest.approx(4 / 3 * math.pi * rc ** 3 * rho / 2 / meq[0], rel=1e-12)
     assert got[2] < 4 / 3 * math.pi * got[0] ** 3 * got[1] / 2 / np.mean(m)
+
+
+def test_coulomb_logarithm_n0_by_default_and_n_of_t_as_option():
+    """ln(gamma N0) throughout (CMC): the step does not change when stars leave; with
+    run.coulomb_n = current it shrinks with ln(gamma N(t))."""
+    runs = {}
+    for mode in ("initial", "current"):
+        sim = Simulation.create(_king("tidal.mode=shrinking", f"run.coulomb_n={mode}",
+                                      n=1000), SerialComm())
+        for _ in range(30):
+            sim.step()
+        runs[mode] = sim.history
+    a, b = runs["initial"], runs["current"]
+    assert a["dt"][1] == b["dt"][1]  # N = N0 in the first step
+    assert a["N"][-1] < 1000 and a["dt"][-1] != b["dt"][-1]
+
+
+def test_tidal_parameters_are_fixed_on_restart():
+    from cmc.errors import InputError
+    from cmc.simulation import check_restart_overrides
+
+    old = _king("tidal.mode=shrinking")
+    new = _king("tidal.mode=shrinking", "tidal.r_gc_kpc=4")
+    with pytest.raises(InputError, match="tidal.r_gc_kpc"):
+        check_restart_overrides(old, new, ["tidal.r_gc_kpc=4"])
+
+
+def test_plot_in_physical_units(tmp_path):
+    from cmc.plot import plot_run
+
+    sim = Simulation.create(_king("tidal.mode=shrinking", "run.max_steps=15", n=1000),
+                            SerialComm(), tmp_path)
+    sim.run()
+    assert plot_run(tmp_path, physical=True).stat().st_size > 10000
