@@ -270,17 +270,21 @@ class Simulation:
                 with h5py.File(path, "r") as fh:
                     table = Streams.read_hdf5(fh["streams"])
                 glob = stars
-                meta = (st, cfg_text, table.seed, table.states)
+                scale = float(np.sum(stars["m_msun"]) / np.sum(stars["m"])) \
+                    if "m_msun" in stars and stars["m"].size else 1.0
+                meta = (st, cfg_text, table.seed, table.states, scale)
             except InputError as exc:
                 meta = exc
         meta = comm.bcast(meta, root=0)
         if isinstance(meta, InputError):
             raise meta
-        st, cfg_text, seed, table = meta
+        st, cfg_text, seed, table, glob_scale = meta
         old = load_config(text=cfg_text)
         cfg = load_config(text=cfg_text, overrides=overrides)
         check_restart_overrides(old, cfg, overrides or [])
         state = RunState(**{f.name: st[f.name] for f in fields(RunState) if f.name in st})
+        if "r_t0" not in st:
+            _legacy_scale(state, cfg, glob_scale)
         stopped = state.stop_reason
         state.stop_reason = ""
         if overrides:
@@ -925,6 +929,13 @@ class Simulation:
                                      f"{self.state.step}, the checkpoint expects "
                                      f"{self.n_rows}: it belongs to another run")
                 rows = {k: list(v) for k, v in old.items()}
+                missing = [k for k in self.last if k not in rows]
+                if missing:
+                    # a run begun by an older version: its rows lack the newer columns
+                    log.info("diagnostics.h5 of an older version: columns %s start at step "
+                             "%d (earlier rows hold 0)", ", ".join(missing), self.state.step)
+                    for k in missing:
+                        rows[k] = [np.zeros_like(np.asarray(self.last[k]))] * self.n_rows
         if self.rank == 0:
             self._diag = cio.DiagnosticsWriter(path, self._diagnostics_attrs(), DIAG_UNITS,
                                                DIAG_MEANINGS, rows)
@@ -1162,6 +1173,16 @@ def check_restart_overrides(old: Config, new: Config, overrides: list[str]) -> N
             if getattr(getattr(old, sec), name) != getattr(getattr(new, sec), name):
                 raise InputError(f"{key}: cannot change on restart (it defines the run); "
                                  "start a new run instead")
+
+
+def _legacy_scale(state: RunState, cfg: Config, unit_mass_msun: float) -> None:
+    """Scale and tidal radius for a checkpoint written before physical units and [tidal]:
+    the mass unit from the stars' masses, lengths in pc as the default (1 pc per r_vir), and
+    the fixed tidal radius its parameters gave (``run.r_tidal`` there, now ``tidal.r_t0``)."""
+    state.unit_mass_msun = unit_mass_msun
+    state.m0 = 1.0
+    if cfg.tidal.mode == "fixed" and cfg.tidal.r_t0_from == "value":
+        state.r_t0 = state.r_tidal = cfg.tidal.r_t0
 
 
 def scatter_global(comm, glob: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
