@@ -84,7 +84,9 @@ def write_report(results: list[dict]) -> Path:
              "law, exchange eccentricities, IAS15 comparison): "
              "[validation_fewbody.md](validation_fewbody.md).  Binaries in the cluster (three-body "
              "binaries stop core collapse, primordial binaries burn, energy through collapse): "
-             "[validation_binaries.md](validation_binaries.md).", "",
+             "[validation_binaries.md](validation_binaries.md).  Tidal field and mass spectrum "
+             "(dissolution against N, mass segregation and early collapse): "
+             "[validation_tidal.md](validation_tidal.md).", "",
              "## Summary: mean [min, max] over seeds", "",
              "| quantity | target | " + " | ".join(
                  f"N = {n:.0e} ({len(by_n[n])} seed{'s' if len(by_n[n]) > 1 else ''})"

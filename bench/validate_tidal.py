@@ -212,8 +212,7 @@ def report(diss: list[dict], seg: dict) -> None:
               "Monte Carlo code (and of CMC) removes them at once, so the expectation here is "
               "x = 1.  Tolerance: the two published values differ by 0.25; the measurement "
               "agrees with one of them when it lies within twice its standard error of it and "
-              "further from the other.  Small N (1000) sits high: the collapse and the "
-              "post-collapse binaries take a larger share of the lifetime there.", ""]
+              "further from the other.", ""]
     if seg:
         lines += ["## Mass segregation and early core collapse", "",
                   f"King W0 = 3, Salpeter 0.2-120 Msun, N0 = {seg['N0']}, isolated, "
@@ -230,7 +229,17 @@ def report(diss: list[dict], seg: dict) -> None:
                   f"{seg['mean_mass_ratio_1%_end']:.1f} | grows (segregation) |",
                   f"| <m> inside r(10 %) / initial <m> at the stop | "
                   f"{seg['mean_mass_ratio_10%_end']:.1f} | grows |",
-                  f"| max abs dE/E0 | {seg['max_abs_dE_rel']:.1e} | |", ""]
+                  f"| max abs dE/E0 | {seg['max_abs_dE_rel']:.1e} | |", "",
+                  "**Not passed yet.**  At these N the most massive star (120 Msun) holds "
+                  "percent of the cluster's mass (3 % at N0 = 5000): the N_core <= 100 stop "
+                  "fires while the core still holds percent of the mass, and Gürkan et al. used "
+                  "N = 1e5-1e6, where a collapsing core of 1e-3 of the mass is many stars.  A "
+                  "run at N0 = 10000 with the same parameters (2026-11-23) did not reach "
+                  "collapse: by 0.46 t_rh0 it had lost 54 % of its mass, with an energy-"
+                  "correction deficit (`E_deficit`) of 18 |E0| taken from the other stars.  The "
+                  "shell approximation and the energy correction break down when single stars "
+                  "carry percent of the mass; the comparison needs N >= 1e5 (hours on 2 cores) "
+                  "and a look at the energy correction with a few dominant masses.", ""]
     (DOCS / "validation_tidal.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -243,7 +252,7 @@ def main() -> None:
     ap.add_argument("--segregation-n", type=int, default=None)
     a = ap.parse_args()
     ns = a.ns or ([1000, 2000, 4000] if a.quick else [1000, 2000, 4000, 8000])
-    n_seg = a.segregation_n or (5000 if a.quick else 10000)
+    n_seg = a.segregation_n or 5000  # 10000 breaks down: see the report
     diss = []
     for n in ns:
         out = RUNS / f"diss_N{n}"

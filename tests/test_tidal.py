@@ -295,3 +295,25 @@ def test_plot_in_physical_units(tmp_path):
                             SerialComm(), tmp_path)
     sim.run()
     assert plot_run(tmp_path, physical=True).stat().st_size > 10000
+
+
+def test_tidal_examples_are_valid():
+    """examples/king_tidal.ini and its sweep over R_gc give valid configurations whose
+    tidally filling scale follows the orbit (r_vir ~ r_J ~ R_gc^(2/3))."""
+    from pathlib import Path
+
+    from cmc.initial import physical_scale
+    from cmc.sweep import read_sweep
+
+    ex = Path(__file__).resolve().parents[1] / "examples"
+    base, _, models = read_sweep(ex / "sweep_tidal.ini")
+    assert [m["tidal.r_gc_kpc"] for m in models] == ["4", "8", "16"]
+    radii = []
+    for m in models:
+        cfg = load_config(str(base), [f"{k}={v}" for k, v in m.items()])
+        assert (cfg.tidal.mode, cfg.initial.mass_function, cfg.initial.n) == (
+            "shrinking", "kroupa", 20000)
+        info = {"m_total_msun": 5733.0, "r_tidal": 5.37}
+        radii.append(physical_scale(cfg, info, 1.0)[1])
+    assert radii[2] / radii[1] == pytest.approx(2 ** (2 / 3), rel=1e-12)
+    assert radii[1] == pytest.approx(22.15 / 5.37, rel=1e-3)
