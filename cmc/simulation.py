@@ -60,7 +60,6 @@ from physics.relaxation import (
 )
 from physics.structure import core_properties, lagrange_mean_masses, lagrange_radii
 from physics.tidal import (
-    beyond,
     mutual_energy,
     shell_potential,
     tidal_mass_loss_timestep,
@@ -439,14 +438,17 @@ class Simulation:
         if self.cfg.tidal.mode != "isolated":
             w_mutual = self._strip(gidx, r_apo, status, r_new, vr_new, vt_new, phi_oo, phi_on)
         esc = status != ORBIT_OK
-        e_each = stars.m * (phi_oo + 0.5 * (stars.vr ** 2 + stars.vt ** 2))
-        strip = status == ORBIT_ESCAPED_TIDAL
-        other = esc & ~strip
-        e_esc = float(np.sum(e_each[other]))
-        m_esc = float(np.sum(stars.m[other]))
-        n_esc = int(np.count_nonzero(other))
-        e_strip = float(np.sum(e_each[strip]))
-        m_strip = float(np.sum(stars.m[strip]))
+        # the leaving rows only (few): m (phi + v^2/2), tidal ones apart from the others
+        leave = np.flatnonzero(esc)
+        m_leave = stars.m[leave]
+        e_leave = m_leave * (phi_oo[leave] + 0.5 * (stars.vr[leave] ** 2
+                                                    + stars.vt[leave] ** 2))
+        strip = status[leave] == ORBIT_ESCAPED_TIDAL
+        e_esc = float(np.sum(e_leave[~strip]))
+        m_esc = float(np.sum(m_leave[~strip]))
+        n_esc = int(np.count_nonzero(~strip))
+        e_strip = float(np.sum(e_leave[strip]))
+        m_strip = float(np.sum(m_leave[strip]))
         n_strip = int(np.count_nonzero(strip))
         eb_esc = self._binding(stars, esc) if n_esc + n_strip else 0.0
         e_esc += pre[0]
@@ -638,7 +640,7 @@ class Simulation:
             while True:
                 left = np.concatenate(parts)
                 r_t = tidal_radius(st.r_t0, m_slots - float(np.sum(left[:, 1])), st.m0)
-                new = beyond(r_apo, status, ORBIT_OK, r_t)
+                new = (status == ORBIT_OK) & (r_apo > r_t)
                 got = self._gather_rows(gidx[new], m[new])
                 if got.shape[0] == 0:
                     break

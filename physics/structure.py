@@ -43,10 +43,15 @@ def lagrange_radii(r: np.ndarray, m: np.ndarray, fractions: np.ndarray,
     """
     if r.size == 0:
         return np.full(len(fractions), np.nan)
+    return r[_lagrange_index(m, fractions, mcum)]
+
+
+def _lagrange_index(m: np.ndarray, fractions: np.ndarray,
+                    mcum: np.ndarray | None) -> np.ndarray:
+    """Index of the first star at which the enclosed mass reaches each fraction."""
     mcum = np.cumsum(m) if mcum is None else mcum
     idx = np.searchsorted(mcum, np.asarray(fractions) * mcum[-1], side="left")
-    idx = np.clip(idx, 0, r.size - 1)
-    return r[idx]
+    return np.clip(idx, 0, m.size - 1)
 
 
 def lagrange_mean_masses(m: np.ndarray, fractions: np.ndarray,
@@ -70,8 +75,7 @@ def lagrange_mean_masses(m: np.ndarray, fractions: np.ndarray,
     if m.size == 0:
         return np.full(len(fractions), np.nan)
     mcum = np.cumsum(m) if mcum is None else mcum
-    idx = np.clip(np.searchsorted(mcum, np.asarray(fractions) * mcum[-1], side="left"), 0,
-                  m.size - 1)
+    idx = _lagrange_index(m, fractions, mcum)
     return mcum[idx] / (idx + 1)
 
 

@@ -79,16 +79,6 @@ def shell_potential_reference(r_s: np.ndarray, m_s: np.ndarray, x: np.ndarray) -
     return out
 
 
-@njit(cache=True)
-def beyond(r_apo, status, ok, r_t):
-    """Mask of the rows still bound (``status == ok``) whose apocentre exceeds ``r_t``."""
-    n = r_apo.shape[0]
-    out = np.zeros(n, dtype=np.bool_)
-    for i in range(n):
-        out[i] = status[i] == ok and r_apo[i] > r_t
-    return out
-
-
 #: CMC's factor on the previous step after heavy tidal mass loss (calc_timestep).
 DT_SHRINK = 0.8
 
