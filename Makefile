@@ -15,7 +15,7 @@ export OMP_NUM_THREADS ?= 1
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[mpi,mpich,dev]'
+	$(PY) -m pip install -q -e '.[mpi,mpich,dev,cosmic]'
 	touch $(STAMP)
 
 install: $(STAMP)

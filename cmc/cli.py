@@ -185,6 +185,16 @@ def _same_config(path: Path, cfg) -> bool:
     return old.to_ini() == cfg.to_ini()
 
 
+def _is_hdf5(path: str) -> bool:
+    """Whether ``path`` is an HDF5 file (by its signature; false for a missing file)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return False
+    return head == b"\x89HDF\r\n\x1a\n"
+
+
 def cmd_run(args) -> int:
     from cmc.rundir import RunLock
 
@@ -195,7 +205,12 @@ def cmd_run(args) -> int:
     if args.overwrite and args.resume:
         raise InputError("--overwrite and --resume exclude each other")
     try:
-        cfg = load_config(args.config, overrides)
+        if _is_hdf5(args.config):
+            # an initial-conditions file (ours or COSMIC's) run with the default parameters
+            cfg = load_config(None, ["initial.model=file",
+                                     f"initial.file={Path(args.config).resolve()}"] + overrides)
+        else:
+            cfg = load_config(args.config, overrides)
     except ConfigError as exc:
         exc.collective = True
         raise
@@ -332,24 +347,49 @@ def cmd_ic(args) -> int:
                  f"initial.seed={args.seed}"] + list(args.set or [])
     if args.w0 is not None:
         overrides.append(f"initial.w0={args.w0}")
+    if args.model == "file":
+        if not args.input:
+            raise InputError("cmc ic file: give the file to convert with --input FILE")
+        overrides.append(f"initial.file={args.input}")
+    elif args.input:
+        raise InputError(f"--input: only with the model 'file', not {args.model!r}")
     cfg = load_config(None, overrides)
+    import numpy as np
+
     from cmc import __version__
-    from cmc.initial import build_initial_stars
+    from cmc.initial import build_initial_stars, physical_scale
     from cmc.io import write_snapshot
 
     out = Path(args.output)
     if not out.parent.is_dir():
         raise InputError(f"cannot write {out}: the directory {out.parent} does not exist")
     stars, info = build_initial_stars(cfg)
+    setup_logging(0)
+    if args.format == "cosmic":
+        from cmc.cosmic import in_nbody_units, write_cosmic
+        from cmc.initial import to_henon_units
+
+        if not in_nbody_units(stars):
+            # a snapshot of a run (mass lost, energy changed): CMC needs N-body units
+            to_henon_units(stars, str(args.input or args.model))
+        m_unit, length_pc, _ = physical_scale(cfg, info, float(np.sum(stars["m"])))
+        write_cosmic(out, stars, float(np.sum(stars["m"])) * m_unit, length_pc,
+                     r_tidal=float(info.get("r_tidal", 0.0)),
+                     metallicity=float(info.get("metallicity", args.metallicity)))
+        log.info("wrote %d objects (%s) to %s in COSMIC's InitialCMCTable layout", len(stars["r"]),
+                 args.model, out)
+        return 0
+    attrs = {"model": args.model, "r_tidal": info["r_tidal"], "seed": args.seed,
+             "cmc_version": __version__, "config": cfg.to_ini()}
+    for key in ("unit_length_pc", "metallicity"):
+        if key in info:
+            attrs[key] = info[key]
     try:
-        write_snapshot(out, stars, {"model": args.model, "r_tidal": info["r_tidal"],
-                                    "seed": args.seed, "cmc_version": __version__,
-                                    "config": cfg.to_ini()})
+        write_snapshot(out, stars, attrs)
     except OSError as exc:
         if isinstance(exc, CmcError):
             raise
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    setup_logging(0)
     log.info("wrote %d stars (%s) to %s", len(stars["r"]), args.model, out)
     return 0
 
@@ -378,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"cmc (henon-cmc) {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a model from a parameter file")
-    r.add_argument("config", help="INI parameter file")
+    r.add_argument("config", help="INI parameter file, or an initial-conditions HDF5 file (ours "
+                   "or COSMIC's) to run with the default parameters")
     r.add_argument("-o", "--output", help="output folder (default runs/<config name>)")
     r.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                    help="override a parameter (repeatable)")
@@ -398,7 +439,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="change a parameter (e.g. run.max_steps) for the continuation")
     rs.set_defaults(func=cmd_restart)
     ic = sub.add_parser("ic", help="write initial conditions to HDF5")
-    ic.add_argument("model", choices=("plummer", "king"))
+    ic.add_argument("model", choices=("plummer", "king", "file"),
+                    help="model to draw, or 'file' to convert --input (a cmc snapshot or a "
+                    "COSMIC file)")
+    ic.add_argument("--input", metavar="FILE", help="file to convert (with the model 'file')")
+    ic.add_argument("--format", choices=("cmc", "cosmic"), default="cmc",
+                    help="cmc (our snapshot layout) or cosmic (COSMIC's InitialCMCTable HDF5, "
+                    "which CMC-COSMIC reads)")
+    ic.add_argument("--metallicity", type=float, default=0.02,
+                    help="Z written to a COSMIC file when the input carries none")
     ic.add_argument("--n", type=int, default=10000)
     ic.add_argument("--seed", type=int, default=1)
     ic.add_argument("--w0", type=float)

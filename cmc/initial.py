@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from cmc.config import Config
+from cmc.cosmic import is_cosmic_file
 from cmc.errors import InputError
-from cmc.io import read_snapshot
+from cmc.io import read_snapshot, validate_stars
 from parallel.streams import Streams
 from physics.initial_conditions import king, plummer, sample_masses
 
@@ -31,6 +32,8 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
         ``n``, ``model``, ``r_tidal`` (Hénon length, 0 for untruncated models), ``m_total_msun``.
     """
     ini = cfg.initial
+    if ini.model == "file" and is_cosmic_file(ini.file):
+        return _cosmic_stars(cfg)
     if ini.model == "file":
         stars, attrs = read_snapshot(ini.file)
         n = stars["r"].size
@@ -40,8 +43,12 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
             # any other file must be in Hénon units or is rescaled to them
             to_henon_units(stars, ini.file)
         ensure_binary_columns(stars, cfg.binaries.three_body)
-        info = {"n": n, "model": "file", "r_tidal": float(attrs.get("r_tidal", 0.0)),
+        # a run's snapshot holds its current tidal radius (0 when isolated) and the model's
+        r_tidal = float(attrs.get("r_tidal", 0.0)) or float(attrs.get("r_tidal_model", 0.0))
+        info = {"n": n, "model": "file", "r_tidal": r_tidal,
                 "m_total_msun": float(np.sum(stars["m_msun"]))}
+        if float(attrs.get("metallicity", 0.0)) > 0.0:
+            info["metallicity"] = float(attrs["metallicity"])
         if "unit_length_pc" in attrs:
             info["unit_length_pc"] = float(attrs["unit_length_pc"])
         _scale_masses(stars, info, cfg.initial.m_total_msun)
@@ -74,6 +81,27 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
             "n_binaries": n_bin}
     _scale_masses(out, info, ini.m_total_msun)
     return out, info
+
+
+def _cosmic_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
+    """Stars and model information of a COSMIC ``InitialCMCTable`` file (:mod:`cmc.cosmic`).
+
+    COSMIC writes N-body units (M = 1, K = 1/4, W = -1/2), which are taken as they are (no
+    rescaling, so every bit of the positions and velocities is kept); a file that is not in
+    them is rescaled with a warning, as other files are.
+    """
+    from cmc.cosmic import in_nbody_units, read_cosmic
+
+    path = cfg.initial.file
+    stars, info = read_cosmic(path)
+    check_file_radii(stars, path)
+    validate_stars(stars, path)
+    if not in_nbody_units(stars):
+        to_henon_units(stars, path)
+    ensure_binary_columns(stars, cfg.binaries.three_body)
+    info["model"] = "file"
+    _scale_masses(stars, info, cfg.initial.m_total_msun)
+    return stars, info
 
 
 def _scale_masses(stars: dict[str, np.ndarray], info: dict, m_total_msun: float) -> None:

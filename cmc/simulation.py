@@ -141,6 +141,11 @@ class RunState:
     m0: float = 1.0
     r_t0: float = 0.0
     r_tidal: float = 0.0
+    #: the initial model's own tidal radius [Hénon length] (a King model's truncation, a
+    #: COSMIC file's RTID; 0: none) and metallicity Z (0: not given), carried into snapshots
+    #: so that a run's state can be written back as initial conditions (cmc ic --format cosmic)
+    r_tidal_model: float = 0.0
+    metallicity: float = 0.0
     #: tidal stripping: energy, mass and number carried away; mass stripped last step
     e_stripped: float = 0.0
     m_stripped: float = 0.0
@@ -233,6 +238,8 @@ class Simulation:
                          emulated_ranks=n_emul)
         state.unit_mass_msun, state.unit_length_pc, state.r_t0 = info["scale"]
         state.r_tidal = state.r_t0
+        state.r_tidal_model = float(info.get("r_tidal", 0.0))
+        state.metallicity = float(info.get("metallicity", 0.0))
         sim = cls(cfg, comm, StarTable(local), state, streams, outdir)
         d = sim.diagnostics(record=False)
         state.m0 = d["M"]
@@ -888,6 +895,7 @@ class Simulation:
         st = self.state
         return {"step": st.step, "time": st.time, "time_trh": st.time / st.t_rh0,
                 "time_myr": self.units.rel_to_myr(st.time), "r_tidal": st.r_tidal,
+                "r_tidal_model": st.r_tidal_model, "metallicity": st.metallicity,
                 "n_ranks": self.size, "time_unit": DIAG_UNITS["time"], **self.units.attrs(),
                 **self.provenance()}
 
