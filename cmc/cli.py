@@ -394,6 +394,20 @@ def cmd_ic(args) -> int:
     return 0
 
 
+def cmd_convert_ini(args) -> int:
+    from cmc.cmc_params import convert_cmc_ini
+
+    conv = convert_cmc_ini(args.cmc_ini)
+    text = conv.ini()
+    for name, value, why in conv.not_honoured:
+        sys.stderr.write(f"cmc convert-ini: not honoured: {name} = {value}: {why}\n")
+    sys.stderr.write(f"cmc convert-ini: {len(conv.mapped)} parameter(s) mapped, "
+                     f"{len(conv.not_honoured)} not honoured (listed above and as comments in "
+                     "the output)\n")
+    sys.stdout.write(text)
+    return 0
+
+
 def cmd_plot(args) -> int:
     from cmc.plot import plot_run
 
@@ -454,6 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--set", action="append", metavar="initial.KEY=VALUE")
     ic.add_argument("-o", "--output", required=True)
     ic.set_defaults(func=cmd_ic)
+    cv = sub.add_parser("convert-ini", help="a CMC-COSMIC parameter file as ours (to stdout; "
+                        "the parameters it cannot honour to stderr)")
+    cv.add_argument("cmc_ini", help="CMC-COSMIC INI file ([cmc] and [bse] sections)")
+    cv.set_defaults(func=cmd_convert_ini)
     pl = sub.add_parser("plot", help="plot r_c/r_h, rho_c and Lagrange radii of a run")
     pl.add_argument("outdir")
     pl.add_argument("--physical", action="store_true",

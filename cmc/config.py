@@ -82,6 +82,9 @@ class RunConfig:
     t_max: float = _p(30.0, "t_rh0", "stop at this time (initial half-mass relaxation times)",
                       lo=0.0, lo_open=True)
     t_max_myr: float = _p(0.0, "Myr", "also stop at this physical time; 0: off", lo=0.0)
+    t_max_code: float = _p(0.0, "t_rel", "also stop at this time in the code's time unit "
+                           "t_NB N0 / ln(gamma N0) (the diagnostics' time; CMC's T_MAX); 0: off",
+                           lo=0.0)
     n_min_fraction: float = _p(0.005, "N0", "dissolved: stop when fewer than this fraction of "
                                "the initial objects remain (CMC: 0.005), or fewer than 40",
                                lo=0.0, hi=1.0)

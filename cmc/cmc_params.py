@@ -1,0 +1,264 @@
+"""CMC-COSMIC parameter files to ours (``cmc convert-ini``).
+
+A CMC-COSMIC INI file has a ``[cmc]`` section (dynamics, input, tidal field, stops, output) and
+a ``[bse]`` section (stellar evolution).  :func:`convert_cmc_ini` maps every parameter this code
+implements onto our keys (:mod:`cmc.config`) and lists, one per line, every parameter it cannot
+honour with the reason.  A parameter at a value that asks for nothing (a feature switched off,
+or a fixed value equal to ours) is honoured; so is one whose CMC default already matches ours.
+
+The time stops: CMC's ``T_MAX`` is in the code's time unit ``t_NB N0 / ln(gamma N0)`` (our
+``run.t_max_code``) and ``T_MAX_PHYS`` in Gyr (our ``run.t_max_myr``); our own ``run.t_max``
+(in initial half-mass relaxation times) is set out of the way, so that CMC's stops govern.
+"""
+
+from __future__ import annotations
+
+import configparser
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cmc.config import ConfigError, load_config
+from cmc.errors import InputError
+
+#: ``run.t_max`` of a converted file [t_rh0]: far beyond any CMC stop.
+T_MAX_OUT_OF_THE_WAY = 1e9
+
+#: Switches that ask for a process or output this code does not have: honoured when 0.
+_OFF_OR_UNSUPPORTED = {
+    "SS_COLLISION": "single-single collisions are not implemented (mergers happen only "
+                    "inside binary encounters)",
+    "TIDAL_CAPTURE": "tidal capture is not implemented",
+    "TC_POLYTROPE": "tidal capture is not implemented",
+    "BHNS_TDE": "tidal disruptions are not implemented",
+    "BH_CAPTURE": "gravitational-wave capture between single black holes is not implemented",
+    "USE_TT_FILE": "tidal tensors from a file are not implemented (point-mass galaxy only)",
+    "USE_DF_CUTOFF": "the dynamical-friction stop is not implemented",
+    "BH_SNAPSHOTTING": "black-hole snapshots are not written (the snapshots hold every star)",
+    "SNAPSHOT_CORE_COLLAPSE": "extra snapshots around core collapse are not written",
+    "WRITE_EXTRA_CORE_INFO": "the extra core files are not written",
+    "WRITE_BH_INFO": "the black-hole summary files are not written",
+    "WRITE_PULSAR_INFO": "pulsar files are not written (no stellar evolution)",
+    "WRITE_MOREPULSAR_INFO": "pulsar files are not written (no stellar evolution)",
+    "WRITE_STELLAR_INFO": "stellar-evolution logs are not written (no stellar evolution)",
+    "FORCE_RLX_STEP": "a relaxation step without relaxation is not implemented",
+    "DT_HARD_BINARIES": "the binary time step counts every binary (CMC's default)",
+    "STELLAR_EVOLUTION": "stellar evolution (BSE through COSMIC) is not implemented yet",
+}
+
+#: Parameters whose value here is fixed: honoured when the file asks for that value.
+_FIXED = {
+    "AVEKERNEL": (20, "relaxation pairs and local densities use 20-star neighbourhoods"),
+    "MIN_CHUNK_SIZE": (40, "blocks of 20 stars are fixed (the random streams depend on them)"),
+    "NUM_CENTRAL_STARS": (300, "the central averages use 300 stars"),
+    "BH_AVEKERNEL": (3, "three-body binary formation uses 10 neighbours each side for the "
+                        "local density (as CMC-COSMIC's 3bb code does), not BH_AVEKERNEL"),
+    "TIDAL_TREATMENT": (0, "stars are stripped by their apocentre against R_t (CMC's radial "
+                           "criterion, TIDAL_TREATMENT = 0); the Giersz energy criterion (1) "
+                           "is not implemented"),
+    "COLL_FACTOR": (1.0, "mergers in encounters are sticky spheres (COLL_FACTOR = 1)"),
+    "SNAPSHOTTING": (1, "the snapshots at start and end are always written"),
+}
+
+#: Parameters that change nothing here (bookkeeping of the C code).
+_NO_EFFECT = {
+    "TIMER": "the parts are always timed (diagnostics and logs)",
+    "BSE_IDUM": "seed of stellar evolution, which is not implemented yet",
+    "HARD_BINARY_KT": "used only with DT_HARD_BINARIES = 1",
+    "TT_FILE": "used only with USE_TT_FILE = 1",
+    "DF_FILE": "used only with USE_DF_CUTOFF = 1",
+    "DF_INTEGRATED_CRITERION": "used only with USE_DF_CUTOFF = 1",
+    "BH_SNAPSHOT_DELTACOUNT": "used only with BH_SNAPSHOTTING = 1",
+    "PULSAR_DELTACOUNT": "used only with the pulsar files",
+    "BH_RADIUS_MULTIPLYER": "used only with BH_CAPTURE = 1",
+}
+
+
+@dataclass
+class Conversion:
+    """Result of :func:`convert_cmc_ini`."""
+
+    overrides: dict[str, str] = field(default_factory=dict)
+    #: ``(parameter, value, reason)`` of every parameter that cannot be honoured
+    not_honoured: list[tuple[str, str, str]] = field(default_factory=list)
+    #: parameters mapped, as ``(cmc parameter, our key(s))``
+    mapped: list[tuple[str, str]] = field(default_factory=list)
+    #: ``(parameter, value, why)`` of parameters that change nothing here (their feature off)
+    ignored: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def ini(self) -> str:
+        """Our parameter file: the not-honoured list as comments, then every parameter."""
+        cfg = load_config(None, [f"{k}={v}" for k, v in self.overrides.items()])
+        head = ["# converted from a CMC-COSMIC parameter file by cmc convert-ini"]
+        head += [f"# mapped: {c} -> {ours}" for c, ours in self.mapped]
+        head += [f"# no effect: {p} = {v}: {why}" for p, v, why in self.ignored]
+        head += [f"# not honoured: {p} = {v}: {why}" for p, v, why in self.not_honoured]
+        return "\n".join(head) + "\n" + cfg.to_ini()
+
+
+def _number(text: str) -> float:
+    return float(text.strip())
+
+
+def _flag(text: str) -> bool:
+    return int(float(text)) != 0
+
+
+def read_cmc_ini(path: str | Path) -> dict[str, dict[str, str]]:
+    """The sections of a CMC-COSMIC INI file (keys as written; ``;`` comments removed)."""
+    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"),
+                                   strict=False, comment_prefixes=(";", "#"))
+    cp.optionxform = str
+    try:
+        with open(path, encoding="utf-8") as fh:
+            cp.read_file(fh)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        msg = str(exc).splitlines()[0]
+        raise InputError(f"{path}: not a CMC parameter file ({msg})") from None
+    if not cp.has_section("cmc"):
+        raise InputError(f"{path}: no [cmc] section (not a CMC-COSMIC parameter file)")
+    return {sec: {k: v.strip().rstrip(";").strip() for k, v in cp.items(sec)}
+            for sec in cp.sections()}
+
+
+def convert_cmc_ini(path: str | Path) -> Conversion:
+    """Map a CMC-COSMIC parameter file onto ours.
+
+    Raises
+    ------
+    InputError
+        The file cannot be read or has no ``[cmc]`` section.
+    """
+    sections = read_cmc_ini(path)
+    cmc = dict(sections["cmc"])
+    raw = dict(cmc)
+    out = Conversion()
+    ov = out.overrides
+
+    def put(cmc_key: str, **ours: str) -> None:
+        """Set our keys (together), refusing (into the list) values our validation rejects."""
+        new = {key.replace("__", "."): value for key, value in ours.items()}
+        try:
+            load_config(None, [f"{k}={v}" for k, v in {**ov, **new}.items()])
+        except ConfigError as exc:
+            out.not_honoured.append((cmc_key, raw.get(cmc_key, ""),
+                                     f"out of range here ({exc})"))
+            return
+        ov.update(new)
+        out.mapped.append((cmc_key, ", ".join(f"{k} = {v}" for k, v in new.items())))
+
+    def pop(key: str) -> str | None:
+        return cmc.pop(key, None)
+
+    if (v := pop("INPUT_FILE")) is not None:
+        f = Path(v).expanduser()
+        if not f.is_absolute():
+            f = Path(path).resolve().parent / f
+        put("INPUT_FILE", initial__model="file", initial__file=str(f))
+    if (v := pop("IDUM")) is not None:
+        put("IDUM", initial__seed=str(abs(int(float(v)))))
+    perturb = pop("PERTURB")
+    if (v := pop("RELAXATION")) is not None:
+        put("RELAXATION", run__relaxation="true" if _flag(v) else "false")
+    if (v := pop("THETASEMAX")) is not None:
+        put("THETASEMAX", run__theta_max=str(_number(v)))
+    if (v := pop("CMC_GAMMA")) is not None:
+        put("CMC_GAMMA", run__gamma=str(_number(v)))
+    # stops: CMC's decide; ours in t_rh0 is set out of the way
+    ov["run.t_max"] = str(T_MAX_OUT_OF_THE_WAY)
+    # absent, CMC's defaults apply (T_MAX = 100, T_MAX_PHYS = 13.8 Gyr)
+    put("T_MAX", run__t_max_code=str(_number(pop("T_MAX") or "100")))
+    put("T_MAX_PHYS", run__t_max_myr=str(1e3 * _number(pop("T_MAX_PHYS") or "13.8")))
+    if (v := pop("T_MAX_COUNT")) is not None:
+        put("T_MAX_COUNT", run__max_steps=str(int(float(v))))
+    if (v := pop("MAX_WCLOCK_TIME")) is not None:
+        put("MAX_WCLOCK_TIME", run__max_wall_hours=str(_number(v) / 3600.0))
+    if (v := pop("TERMINAL_ENERGY_DISPLACEMENT")) is not None:
+        put("TERMINAL_ENERGY_DISPLACEMENT", run__energy_error_max=str(_number(v)))
+    if (v := pop("STOPATCORECOLLAPSE")) is not None:
+        put("STOPATCORECOLLAPSE", run__n_core_stop="100" if _flag(v) else "0")
+    else:
+        ov["run.n_core_stop"] = "0"  # CMC's default: no stop at core collapse
+    if (v := pop("CHECKPOINT_INTERVAL")) is not None:
+        put("CHECKPOINT_INTERVAL", output__checkpoint_minutes=str(_number(v) / 60.0))
+    if (v := pop("CHECKPOINTS_TO_KEEP")) is not None:
+        put("CHECKPOINTS_TO_KEEP", output__checkpoints_to_keep=str(int(float(v))))
+    if (v := pop("SAMPLESIZE")) is not None:
+        put("SAMPLESIZE", run__sample_size=str(int(float(v))))
+    if (v := pop("MASS_PC")) is not None:
+        put("MASS_PC", output__lagrange_fractions=v)
+    if (v := pop("SNAPSHOT_DELTACOUNT")) is not None:
+        put("SNAPSHOT_DELTACOUNT", output__snapshot_every=str(int(float(v))))
+    for key in ("SNAPSHOT_WINDOWS", "SNAPSHOT_WINDOW_UNITS"):
+        if (v := pop(key)) is not None:
+            out.not_honoured.append((key, v, "snapshots in windows of physical time are not "
+                                     "written; output.snapshot_every counts steps"))
+    if (v := pop("MASS_BINS")) is not None:
+        out.not_honoured.append(("MASS_BINS", v, "Lagrange radii per mass bin are not "
+                                 "computed (m_mean_lagrange gives the mean mass inside each "
+                                 "Lagrange radius)"))
+    # tidal field: CMC strips in a point-mass galaxy with R_t from the input file's RTID
+    if (v := pop("TIDALLY_STRIP_STARS")) is not None:
+        if _flag(v):
+            put("TIDALLY_STRIP_STARS", tidal__mode="shrinking", tidal__r_t0_from="model")
+        else:
+            put("TIDALLY_STRIP_STARS", tidal__mode="isolated")
+    # binaries
+    if (v := pop("BINBIN")) is not None:
+        put("BINBIN", binaries__binary_binary="true" if _flag(v) else "false")
+    if (v := pop("BINSINGLE")) is not None:
+        put("BINSINGLE", binaries__binary_single="true" if _flag(v) else "false")
+    three = pop("THREEBODYBINARIES")
+    only_bh = pop("ONLY_FORM_BH_THREEBODYBINARIES")
+    if three is not None or only_bh is not None:
+        on = _flag(three) if three is not None else True
+        bh = _flag(only_bh) if only_bh is not None else True
+        put("THREEBODYBINARIES" if three is not None else "ONLY_FORM_BH_THREEBODYBINARIES",
+            binaries__three_body="off" if not on else ("bh" if bh else "all"))
+    hardness = pop("MIN_BINARY_HARDNESS")
+    if hardness is not None:
+        put("MIN_BINARY_HARDNESS", binaries__eta_min=str(_number(hardness)))
+    breaking_min = pop("BINARY_BREAKING_MIN")
+    distance = pop("BINARY_DISTANCE_BREAKING")
+    if breaking_min is not None and _flag(breaking_min):
+        put("BINARY_BREAKING_MIN", binaries__wide_factor="0",
+            binaries__wide_hardness_min=str(_number(hardness or "5")))
+        if distance is not None:
+            out.not_honoured.append(("BINARY_DISTANCE_BREAKING", distance,
+                                     "unused with BINARY_BREAKING_MIN = 1"))
+    elif distance is not None:
+        put("BINARY_DISTANCE_BREAKING", binaries__wide_factor=str(_number(distance)))
+    if perturb is not None and not _flag(perturb):
+        # no dynamics at all: this wins over the relaxation and binary switches above
+        put("PERTURB", run__relaxation="false", binaries__binary_single="false",
+            binaries__binary_binary="false", binaries__three_body="off")
+    # switches that are fine off, fixed values, bookkeeping
+    for key, why in _OFF_OR_UNSUPPORTED.items():
+        if (v := pop(key)) is not None and _flag(v):
+            out.not_honoured.append((key, v, why))
+    for key, (ours, why) in _FIXED.items():
+        if (v := pop(key)) is not None and _number(v) != ours:
+            out.not_honoured.append((key, v, why))
+    for key, why in _NO_EFFECT.items():
+        if (v := pop(key)) is not None:
+            out.ignored.append((key, v, why))
+    for key, v in cmc.items():
+        out.not_honoured.append((key, v, "not known to this converter"))
+    for sec, items in sections.items():
+        if sec == "cmc":
+            continue
+        if sec == "bse":
+            se = items.get("STELLAR_EVOLUTION", "0")
+            if _flag(se):
+                out.not_honoured.append(("STELLAR_EVOLUTION", se,
+                                         _OFF_OR_UNSUPPORTED["STELLAR_EVOLUTION"]))
+            for key, v in items.items():
+                if key != "STELLAR_EVOLUTION":
+                    out.not_honoured.append((f"[bse] {key}", v, "stellar-evolution (BSE) "
+                                             "parameter: stellar evolution is not implemented "
+                                             "yet"))
+        else:
+            for key, v in items.items():
+                out.not_honoured.append((f"[{sec}] {key}", v, "unknown section"))
+    return out

@@ -1,0 +1,126 @@
+"""cmc convert-ini: CMC-COSMIC parameter files mapped onto ours (cmc/cmc_params.py).
+
+tests/data/cmc_king_params.ini has the keys of the KingProfile example shipped with CMC-COSMIC.
+"""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cmc.cli import main
+from cmc.cmc_params import T_MAX_OUT_OF_THE_WAY, convert_cmc_ini
+from cmc.config import load_config
+from cmc.errors import InputError
+
+DATA = Path(__file__).parent / "data" / "cmc_king_params.ini"
+
+
+def _keys(path):
+    cp = configparser.ConfigParser(interpolation=None, strict=False,
+                                   inline_comment_prefixes=(";",))
+    cp.optionxform = str
+    cp.read(path)
+    return {sec: list(cp[sec]) for sec in cp.sections()}
+
+
+def test_every_parameter_is_mapped_or_listed():
+    conv = convert_cmc_ini(DATA)
+    accounted = {c for c, _ in conv.mapped} | {p for p, _, _ in conv.ignored} \
+        | {p.removeprefix("[bse] ") for p, _, _ in conv.not_honoured}
+    keys = _keys(DATA)
+    honoured_when_off = {"PERTURB", "SNAPSHOTTING", "TIDAL_CAPTURE", "TC_POLYTROPE",
+                         "COLL_FACTOR", "BHNS_TDE", "USE_TT_FILE", "USE_DF_CUTOFF",
+                         "BH_SNAPSHOTTING", "SNAPSHOT_CORE_COLLAPSE", "WRITE_EXTRA_CORE_INFO",
+                         "WRITE_PULSAR_INFO", "WRITE_MOREPULSAR_INFO", "WRITE_STELLAR_INFO",
+                         "FORCE_RLX_STEP", "DT_HARD_BINARIES", "AVEKERNEL", "BH_AVEKERNEL",
+                         "MIN_CHUNK_SIZE", "NUM_CENTRAL_STARS", "BINARY_BREAKING_MIN",
+                         "ONLY_FORM_BH_THREEBODYBINARIES"}
+    for key in keys["cmc"] + keys["bse"]:
+        assert key in accounted or key in honoured_when_off, key
+    # ... and those honoured by their value really are at a value that asks for nothing here
+    for key in ("TIDAL_CAPTURE", "USE_TT_FILE", "WRITE_STELLAR_INFO", "BINARY_BREAKING_MIN"):
+        assert key not in accounted
+    listed = {p for p, _, _ in conv.not_honoured}
+    for key in ("SS_COLLISION", "BH_CAPTURE", "TIDAL_TREATMENT", "SNAPSHOT_WINDOWS",
+                "MASS_BINS", "WRITE_BH_INFO", "STELLAR_EVOLUTION", "[bse] windflag"):
+        assert key in listed, key
+
+
+def test_mapped_values(tmp_path):
+    conv = convert_cmc_ini(DATA)
+    cfg = load_config(text=conv.ini())
+    assert cfg.run.theta_max == 1.412 and cfg.run.gamma == 0.01
+    assert cfg.run.t_max_code == 100.0 and cfg.run.t_max_myr == 13800.0
+    assert cfg.run.t_max == T_MAX_OUT_OF_THE_WAY
+    assert cfg.run.max_steps == 10_000_000 and cfg.run.max_wall_hours == 168.0
+    assert cfg.run.n_core_stop == 0.0 and cfg.run.energy_error_max == 10.0
+    assert cfg.initial.model == "file"
+    assert cfg.initial.file == str(DATA.parent / "king.hdf5")
+    assert cfg.initial.seed == 1234
+    assert cfg.tidal.mode == "shrinking" and cfg.tidal.r_t0_from == "model"
+    assert cfg.binaries.three_body == "bh" and cfg.binaries.eta_min == 5.0
+    assert cfg.binaries.wide_factor == 0.1
+    assert cfg.output.checkpoint_minutes == 120.0 and cfg.output.checkpoints_to_keep == 2
+    assert cfg.output.snapshot_every == 1000
+    assert len(cfg.output.lagrange_fractions) == 25
+    assert cfg.output.lagrange_fractions[0] == 0.0001
+
+
+def test_switches_and_refusals(tmp_path):
+    ini = tmp_path / "p.ini"
+    ini.write_text("[cmc]\nINPUT_FILE = /x/y.hdf5\nTHETASEMAX = 5\nTHREEBODYBINARIES = 1\n"
+                   "ONLY_FORM_BH_THREEBODYBINARIES = 0\nBINARY_BREAKING_MIN = 1\n"
+                   "MIN_BINARY_HARDNESS = 3\nBINARY_DISTANCE_BREAKING = 0.1\nPERTURB = 0\n"
+                   "TIDALLY_STRIP_STARS = 0\nSTOPATCORECOLLAPSE = 1\nAVEKERNEL = 10\n"
+                   "FOO = 1\n")
+    conv = convert_cmc_ini(ini)
+    cfg = load_config(text=conv.ini())
+    listed = {p: why for p, _, why in conv.not_honoured}
+    assert "THETASEMAX" in listed and "run.theta_max" in listed["THETASEMAX"]
+    assert cfg.run.theta_max == 1.0  # left at ours
+    assert "AVEKERNEL" in listed and "FOO" in listed
+    assert "BINARY_DISTANCE_BREAKING" in listed
+    assert cfg.binaries.wide_factor == 0.0 and cfg.binaries.wide_hardness_min == 3.0
+    assert cfg.run.relaxation is False and cfg.binaries.binary_single is False
+    assert cfg.binaries.three_body == "off"  # PERTURB = 0 comes first and wins
+    assert cfg.tidal.mode == "isolated" and cfg.run.n_core_stop == 100.0
+    # defaults of CMC when absent: T_MAX = 100, T_MAX_PHYS = 13.8 Gyr
+    assert cfg.run.t_max_code == 100.0 and cfg.run.t_max_myr == 13800.0
+
+
+def test_not_a_cmc_file(tmp_path):
+    bad = tmp_path / "ours.ini"
+    bad.write_text("[run]\ntheta_max = 1\n")
+    with pytest.raises(InputError, match=r"no \[cmc\] section"):
+        convert_cmc_ini(bad)
+    assert main(["convert-ini", str(tmp_path / "missing.ini")]) == 2
+
+
+def test_cli_two_commands_from_cosmic_and_cmc_files(tmp_path):
+    """The README's workflow: a COSMIC file and a CMC parameter file, two commands."""
+    table = pytest.importorskip("cosmic.sample.initialcmctable").InitialCMCTable
+    s, b = table.sampler("cmc", binfrac_model=0.1, primary_model="kroupa01",
+                         ecc_model="thermal", porb_model="log_uniform", qmin=0.1,
+                         cluster_profile="king", met=0.001, size=300, w_0=6, seed=2,
+                         virial_radius=2.0, tidal_radius=20.0)
+    table.write(s, b, filename=str(tmp_path / "king.hdf5"))
+    text = DATA.read_text().replace("T_MAX_COUNT = 10000000", "T_MAX_COUNT = 3")
+    (tmp_path / "params.ini").write_text(text)
+    p = subprocess.run([sys.executable, "-m", "cmc.cli", "convert-ini",
+                        str(tmp_path / "params.ini")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "not honoured: SS_COLLISION = 1" in p.stderr
+    assert p.stderr.count("\n") == p.stderr.count("cmc convert-ini:")  # one line each
+    (tmp_path / "ours.ini").write_text(p.stdout)
+    assert main(["run", str(tmp_path / "ours.ini"), "-o", str(tmp_path / "run")]) == 0
+    import h5py
+
+    with h5py.File(tmp_path / "run" / "diagnostics.h5", "r") as fh:
+        assert fh["step"][-1] == 3
+        assert fh["r_tidal"][0] == 20.0  # RTID of the COSMIC file, in virial radii
+        assert float(fh.attrs["unit_length_pc"]) == 2.0
