@@ -325,7 +325,8 @@ class Simulation:
                              "older one: cmc restart OUTDIR --checkpoint checkpoint.1.h5)")
         still = self._stop_reason(self.last)
         if still:
-            key = {"max_time": "run.t_max (or run.t_max_myr, run.t_max_code)", "max_steps": "run.max_steps",
+            key = {"max_time": "run.t_max (or run.t_max_myr, run.t_max_code)",
+                   "max_steps": "run.max_steps",
                    "dissolved": "run.n_min_fraction",
                    "core_collapse_ncore": "run.n_core_stop", "core_collapse_rc":
                    "run.rc_stop_fraction", "energy_error": "run.energy_error_max"}[still]
