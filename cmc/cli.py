@@ -408,6 +408,14 @@ def cmd_convert_ini(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from cmc.export import export_cmc
+
+    setup_logging(0)
+    export_cmc(args.outdir, args.output, prefix=args.prefix)
+    return 0
+
+
 def cmd_plot(args) -> int:
     from cmc.plot import plot_run
 
@@ -472,6 +480,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "the parameters it cannot honour to stderr)")
     cv.add_argument("cmc_ini", help="CMC-COSMIC INI file ([cmc] and [bse] sections)")
     cv.set_defaults(func=cmd_convert_ini)
+    ex = sub.add_parser("export", help="a run's outputs in another code's formats (CMC: "
+                        "dyn.dat, lagrad.dat, esc.dat, conv.sh, snapshots)")
+    ex.add_argument("outdir", help="run folder")
+    ex.add_argument("--format", choices=("cmc",), default="cmc",
+                    help="cmc: CMC-COSMIC's files (docs/cmc_formats.md)")
+    ex.add_argument("-o", "--output", help="folder for the files (default OUTDIR/cmc)")
+    ex.add_argument("--prefix", default="initial",
+                    help="file name prefix, CMC's output prefix (default: initial)")
+    ex.set_defaults(func=cmd_export)
     pl = sub.add_parser("plot", help="plot r_c/r_h, rho_c and Lagrange radii of a run")
     pl.add_argument("outdir")
     pl.add_argument("--physical", action="store_true",

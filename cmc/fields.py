@@ -76,3 +76,29 @@ BINARY_NAMES: tuple[str, ...] = tuple(f.name for f in BINARY_FIELDS)
 def record_dtype() -> np.dtype:
     """Packed record dtype of one star (all fields), used for MPI exchange."""
     return np.dtype([(f.name, f.dtype) for f in STAR_FIELDS])
+
+
+#: The escaper table (``escapers.h5``): one row per object that left the cluster, with the
+#: saved star fields (and the binary columns in runs with binaries) as they were when it left,
+#: plus these.  Rows of a step are in a fixed order (kind, then id), so the table is the same
+#: bits for any number of ranks and across restarts.
+ESCAPER_FIELDS: tuple[Field, ...] = (
+    Field("step", "int64", "", "step in which the object left"),
+    Field("time", "float64", "t_rel", "time at the end of that step (t_NB N0 / ln(gamma N0))"),
+    Field("kind", "int8", "", "how it left: 1 unbound (phi + v^2/2 >= 0), 2 stripped by the "
+          "tidal field (apocentre beyond r_tidal), 3 ejected by a binary process"),
+    Field("E", "float64", "v_NB^2", "specific energy phi + v^2/2 when it left (phi: the "
+          "potential of the other stars at r)"),
+    Field("J", "float64", "r_vir v_NB", "specific angular momentum r vt"),
+    Field("r_tidal", "float64", "r_vir", "tidal radius of the step (0: isolated)"),
+)
+ESCAPE_UNBOUND = 1
+ESCAPE_TIDAL = 2
+ESCAPE_EJECTED = 3
+
+
+def escaper_columns(binaries: bool) -> tuple[Field, ...]:
+    """Columns of the escaper table: :data:`ESCAPER_FIELDS`, the saved star fields and, in
+    runs with binaries, the binary fields."""
+    return ESCAPER_FIELDS + tuple(f for f in STAR_FIELDS if f.saved) \
+        + (BINARY_FIELDS if binaries else ())

@@ -34,6 +34,13 @@ import numpy as np
 from cmc import io as cio
 from cmc.config import Config, load_config
 from cmc.errors import PLANNED_STOPS, RESUMABLE_STOPS, InputError
+from cmc.fields import (
+    ESCAPE_EJECTED,
+    ESCAPE_TIDAL,
+    ESCAPE_UNBOUND,
+    FIELD_BY_NAME,
+    escaper_columns,
+)
 from cmc.stars import StarTable
 from cmc.units import Units
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
@@ -93,7 +100,7 @@ DIAG_UNITS = {
     "binary_fraction": "1", "binary_fraction_core": "1", "trials_per_star": "1",
     "bound_violations": "stars per step", "beta_mean": "rad", "beta_capped": "pairs per step",
     "n_escaped_step": "objects per step", "n_binary_pairs": "pairs per step",
-    "n_p_over_1": "pairs per step",
+    "n_p_over_1": "pairs per step", "r_max": "r_vir", "v0_rms": "v_NB", "rc_spitzer": "r_vir",
 }
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
 #: that count events).
@@ -182,6 +189,11 @@ class Simulation:
         self._wall_at_start = state.wall_seconds
         self._last_checkpoint = time.monotonic()
         self._diag: cio.DiagnosticsWriter | None = None
+        #: escaper table (escapers.h5): this step's local records, the gathered rows not yet
+        #: written (rank 0) and the writer; kept only for runs with an output folder
+        self._esc_local: list[dict[str, np.ndarray]] = []
+        self._esc_rows: list[dict[str, np.ndarray]] = []
+        self._esc: cio.DiagnosticsWriter | None = None
         self._fault = os.environ.get(FAULT_ENV)
         self._snap_step = -1
         self._dm_tidal = 0.0
@@ -409,9 +421,15 @@ class Simulation:
             sel = self._relax_and_select(states, dt, coulomb_ratio, beta_stats, p_stats)
             t3 = time.perf_counter()
             self.timers["relaxation"] += t3 - t2
+            ejected: list = []
             fields, gidx, block_start, counts, slots, slot_mass = enc.apply_events(
                 stars.as_dict(), self.offset, self.r_all, self.phi_all, states, *sel,
-                self.phys, self._integrate_encounters)
+                self.phys, self._integrate_encounters, ejected=ejected)
+            if ejected:
+                ej_rows = {k: np.array([rec[k] for rec, _, _ in ejected],
+                                       dtype=FIELD_BY_NAME[k].dtype) for k in stars.as_dict()}
+                self._note_escapers(ej_rows, np.array([x for _, x, _ in ejected]),
+                                    np.array([e for _, _, e in ejected]), ESCAPE_EJECTED)
             if fields is not stars.as_dict():
                 self.stars = stars = StarTable(fields)
                 n = stars.n
@@ -448,6 +466,11 @@ class Simulation:
         esc = status != ORBIT_OK
         # the leaving rows only (few): m (phi + v^2/2), tidal ones apart from the others
         leave = np.flatnonzero(esc)
+        if leave.size:
+            self._note_escapers(
+                stars.take(leave).as_dict(), self.r_all[gidx[leave]],
+                phi_oo[leave] + 0.5 * (stars.vr[leave] ** 2 + stars.vt[leave] ** 2),
+                np.where(status[leave] == ORBIT_ESCAPED_TIDAL, ESCAPE_TIDAL, ESCAPE_UNBOUND))
         m_leave = stars.m[leave]
         e_leave = m_leave * (phi_oo[leave] + 0.5 * (stars.vr[leave] ** 2
                                                     + stars.vt[leave] ** 2))
@@ -501,8 +524,9 @@ class Simulation:
                                                  beta_stats[:, 1].sum(), eb_esc,
                                                  *self._binary_sums(), *counts,
                                                  p_stats[:, 0].sum(), p_stats[:, 1].sum(),
-                                                 e_strip, m_strip, n_strip]))
-        red, (e_strip, m_strip, n_strip) = red[:-3], red[-3:]
+                                                 e_strip, m_strip, n_strip,
+                                                 self._central_v2()]))
+        red, (e_strip, m_strip, n_strip, central_v2) = red[:-4], red[-4:]
         # the set stripped together: its mutual energy was counted twice in the stars'
         # m (phi + v^2/2) (every rank holds the same w_mutual)
         st.e_stripped += e_strip - w_mutual
@@ -538,6 +562,7 @@ class Simulation:
         st.time += dt
         st.dt_prev = dt
         st.step += 1
+        self._gather_escapers()
         extra = {"dt": dt, "trials_per_star": red[4] / max(self.n_total, 1),
                  "bound_violations": red[5],
                  "beta_mean": red[6] / max(self.n_total // 2, 1), "beta_capped": red[7],
@@ -546,9 +571,81 @@ class Simulation:
                  "n_binary_pairs": red[-2], "n_p_over_1": n_p1,
                  **{k: ev[k] for k in EVENT_COUNTS}}
         d = self.diagnostics(record=True, extra=extra, kinetic=float(red[0]),
-                             binaries=(float(red[9]), float(red[10])))
+                             binaries=(float(red[9]), float(red[10])),
+                             central_v2=float(central_v2))
         self.timers["diagnostics"] += time.perf_counter() - t6
         return d
+
+    # ------------------------------------------------------------------ escaper table
+    def _note_escapers(self, rows: dict[str, np.ndarray], r: np.ndarray, e_spec: np.ndarray,
+                       kind) -> None:
+        """Keep the records of objects leaving in this step (local rows, as they left: radius
+        ``r`` [r_vir] and specific energy ``e_spec``); gathered at the end of the step."""
+        if self.outdir is None or len(r) == 0:
+            return
+        n = len(r)
+        rec = {f.name: np.asarray(rows[f.name], dtype=f.dtype) if f.name in rows
+               else np.full(n, f.default, dtype=f.dtype)
+               for f in escaper_columns(self.stars.has_binary_fields)}
+        rec["r"] = np.asarray(r, dtype=np.float64)
+        rec["E"] = np.asarray(e_spec, dtype=np.float64)
+        rec["J"] = rec["r"] * rec["vt"]
+        rec["kind"] = np.broadcast_to(np.asarray(kind, dtype=np.int8), (n,)).copy()
+        self._esc_local.append(rec)
+
+    def _escaper_template(self) -> dict[str, np.ndarray]:
+        return {f.name: np.zeros(0, dtype=f.dtype)
+                for f in escaper_columns(self.stars.has_binary_fields)}
+
+    def _gather_escapers(self) -> None:
+        """Gather this step's escaper records on rank 0 (collective; runs with an output
+        folder only), stamped with the step, time and tidal radius, in a fixed order (kind,
+        then id) that does not depend on the number of ranks."""
+        if self.outdir is None:
+            return
+        parts = self._esc_local
+        self._esc_local = []
+        mine = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else None
+        everyone = self.comm.gather(mine, root=0)
+        if self.rank != 0:
+            return
+        got = [p for p in everyone if p is not None]
+        if not got:
+            return
+        rows = {k: np.concatenate([p[k] for p in got]) for k in got[0]}
+        order = np.lexsort((rows["id"], rows["kind"]))
+        rows = {k: v[order] for k, v in rows.items()}
+        rows["step"][:] = self.state.step
+        rows["time"][:] = self.state.time
+        rows["r_tidal"][:] = self.state.r_tidal
+        self._esc_rows.append(rows)
+
+    def _open_escapers(self) -> None:
+        """Start escapers.h5 (rank 0): on restart, the rows up to the checkpoint's step read
+        back from the old file (later ones are recomputed), then append."""
+        path = self.outdir / "escapers.h5"
+        rows = self._escaper_template()
+        if self.state.step > 0:
+            try:
+                old, _ = cio.read_diagnostics(path, max_step=self.state.step)
+                rows = {k: old[k] if k in old else np.full(old["step"].size, v.dtype.type(0))
+                        for k, v in rows.items()}
+            except InputError:
+                log.info("no escaper table to continue in %s: escapers.h5 starts at step %d",
+                         self.outdir, self.state.step)
+        cols = {f.name: f for f in escaper_columns(self.stars.has_binary_fields)}
+        self._esc = cio.DiagnosticsWriter(
+            path, {"n0": self.state.n0, **self.units.attrs(), **self.provenance()},
+            {k: f.unit for k, f in cols.items()}, {k: f.meaning for k, f in cols.items()},
+            rows)
+
+    def _flush_escapers(self) -> None:
+        if self._esc is None:
+            self._open_escapers()
+        if self._esc_rows:
+            rows = {k: np.concatenate([p[k] for p in self._esc_rows]) for k in self._esc_rows[0]}
+            self._esc.append(rows)
+            self._esc_rows = []
 
     def _relax_and_select(self, states: np.ndarray, dt: float, coulomb_ratio: float,
                           beta_stats: np.ndarray, p_stats: np.ndarray) -> tuple:
@@ -708,6 +805,8 @@ class Simulation:
             nb = block_start.size - 1
             row_block = np.repeat(np.arange(nb), np.diff(block_start))
             keep = ~unbound
+            self._note_escapers(s.take(unbound).as_dict(), self.r_all[gidx[unbound]],
+                                e_spec[unbound], ESCAPE_UNBOUND)
             slots = np.unique(gidx[unbound])
             self.stars = s = s.take(keep)
             gidx = gidx[keep]
@@ -806,14 +905,22 @@ class Simulation:
             b &= mask
         return float(np.sum(binding_energy(stars.bin_m1[b], stars.bin_m2[b], stars.bin_a[b])))
 
+    def _central_v2(self) -> float:
+        """This rank's sum of v^2 over the innermost :data:`CENTRAL_STARS` objects."""
+        s = self.stars
+        k = min(s.n, max(0, CENTRAL_STARS - self.offset))
+        return float(np.sum(s.vr[:k] ** 2 + s.vt[:k] ** 2))
+
     def diagnostics(self, record: bool = True, extra: dict | None = None,
                     kinetic: float | None = None,
-                    binaries: tuple[float, float] | None = None) -> dict:
+                    binaries: tuple[float, float] | None = None,
+                    central_v2: float | None = None) -> dict:
         """Energies, radii and core quantities now; appended to the history if ``record``.
 
-        ``kinetic`` is the global kinetic energy and ``binaries`` the global (internal energy,
-        number) of the binaries when the caller already reduced them (the step packs them with
-        its other sums); otherwise they are reduced here.
+        ``kinetic`` is the global kinetic energy, ``binaries`` the global (internal energy,
+        number) of the binaries and ``central_v2`` the sum of v^2 over the central 300 objects
+        when the caller already reduced them (the step packs them with its other sums);
+        otherwise they are reduced here.
         """
         st = self.state
         s = self.stars
@@ -824,6 +931,10 @@ class Simulation:
         if binaries is None:
             binaries = tuple(allreduce_sum(self.comm, np.array(self._binary_sums())))
         e_bind, n_bin = binaries
+        if central_v2 is None:
+            central_v2 = float(allreduce_sum(self.comm, np.array([self._central_v2()]))[0])
+        # CMC's central velocity dispersion and Spitzer core radius (its dyn.dat columns)
+        v0_rms = math.sqrt(central_v2 / max(1, min(CENTRAL_STARS, self.n_total)))
         w = potential_energy(self.r_all, self.m_all, self.phi_all)
         mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
         lr = lagrange_radii(self.r_all, self.m_all, self.fractions, self.mcum_all)
@@ -860,6 +971,9 @@ class Simulation:
             "E_slots": st.e_slots, "E_ejected": st.e_ejected, "E_mergers": st.e_mergers,
             "r_tidal": st.r_tidal, "M_stripped": st.m_stripped, "N_stripped": st.n_stripped,
             "E_stripped": st.e_stripped,
+            "r_max": float(self.r_all[-1]) if self.n_total else 0.0, "v0_rms": v0_rms,
+            "rc_spitzer": math.sqrt(3.0 * v0_rms ** 2 / (4.0 * math.pi * rho_c))
+            if rho_c > 0.0 else 0.0,
         }
         base = {"dt": 0.0, "trials_per_star": 0.0, "bound_violations": 0.0, "beta_mean": 0.0,
                 "beta_capped": 0.0, "n_escaped_step": 0.0, "T_bs": math.inf, "T_bb": math.inf,
@@ -948,6 +1062,8 @@ class Simulation:
                     for k in missing:
                         rows[k] = [np.zeros_like(np.asarray(self.last[k]))] * self.n_rows
         if self.rank == 0:
+            if self._esc is None:
+                self._open_escapers()
             self._diag = cio.DiagnosticsWriter(path, self._diagnostics_attrs(), DIAG_UNITS,
                                                DIAG_MEANINGS, rows)
         self.history = {k: [] for k in self.last}
@@ -958,6 +1074,7 @@ class Simulation:
         if self.outdir is None:
             return
         if self.rank == 0:
+            self._flush_escapers()
             if self._diag is None:  # not opened by run(): opening writes the rows so far
                 self.open_diagnostics()
                 return
@@ -1103,6 +1220,8 @@ class Simulation:
             self.write_snapshot()
         if self.rank == 0 and self._diag is not None:
             self._diag.close({"stop_reason": reason, "overrides": self.state.overrides})
+        if self.rank == 0 and self._esc is not None:
+            self._esc.close()
         return reason
 
 
@@ -1148,6 +1267,9 @@ DIAG_MEANINGS = {
     "T_bb": "binary-binary encounter time scale of the centre",
     "n_binary_pairs": "pairs with a binary in the relaxation step",
     "n_p_over_1": "pairs with encounter probability >= 1 in the step",
+    "r_max": "radius of the outermost object", "v0_rms": "rms speed of the central 300 "
+    "objects (CMC's central.v_rms)", "rc_spitzer": "Spitzer core radius sqrt(3 v0_rms^2 / "
+    "(4 pi rho_c))",
 }
 for _name in EVENT_COUNTS:
     DIAG_MEANINGS.setdefault(_name, f"events of the step: {_name[2:].replace('_', ' ')}")

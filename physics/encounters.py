@@ -290,6 +290,8 @@ class _Block:
             {k: v[i] for k, v in fields.items()} for i in range(self.i0, self.i1)]
         self.gidx = [offset + i for i in range(self.i0, self.i1)]
         self.extra: list[tuple[int, dict]] = []
+        #: products ejected at once: (row as it left, radius, specific energy)
+        self.ejected: list[tuple[dict, float, float]] = []
 
     def row(self, i: int) -> dict:
         return self.rows[i - self.i0]
@@ -333,6 +335,7 @@ class _Block:
                            for kk, (io, o) in enumerate(products) if kk != k)
                 e = float(rec["m"]) * (phi + 0.5 * (rec["vr"] ** 2 + rec["vt"] ** 2))
                 if e >= 0.0:
+                    self.ejected.append((dict(rec), x, e / float(rec["m"])))
                     counts[C["n_ejected"]] += 1
                     counts[C["m_ejected"]] += float(rec["m"])
                     counts[C["e_ejected"]] += e
@@ -613,7 +616,7 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
                  phi_all: np.ndarray, states: np.ndarray, encounter: np.ndarray,
                  enc_phi: np.ndarray, enc_w: np.ndarray, formed: np.ndarray,
                  block_stats: np.ndarray, wide: np.ndarray, phys: BinaryPhysics,
-                 integrate_all=None) -> tuple:
+                 integrate_all=None, ejected: list | None = None) -> tuple:
     """Apply this step's encounters, three-body formations and wide-binary breaks.
 
     Parameters
@@ -638,6 +641,9 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
         called exactly once, also with an empty list, so that a caller may make it a
         collective (the cluster spreads encounters over MPI ranks).  Default: this process's
         threads (:func:`integrate_concurrently`).
+    ejected : list, optional
+        Receives ``(row, r, E)`` of each product ejected at once (its fields as it left, its
+        radius and specific energy), in block order: the escaper table's rows.
 
     Returns
     -------
@@ -702,6 +708,9 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
             _three_body(blk, i, block_stats[b], d, phys, counts)
         else:
             _break_wide(blk, i, counts)
+    if ejected is not None:
+        for b in sorted(blocks):
+            ejected.extend(blocks[b].ejected)
     # assemble in one O(N) pass per field: the kept rows in their order, the touched rows'
     # new values written over them, the extra rows inserted at the end of their block
     keep = np.ones(n, dtype=bool)

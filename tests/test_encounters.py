@@ -170,7 +170,7 @@ def test_rotation_onto():
     np.testing.assert_allclose(rot @ [0, 0, 1.0], [0, 0, -1.0], atol=1e-12)
 
 
-def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None, phys=None):
+def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None, phys=None, ejected=None):
     n = t["m"].size
     nb = states.shape[0]
     encounter = np.zeros(n // 2 + 1, dtype=bool)
@@ -190,7 +190,7 @@ def _apply(t, states, pairs=(), trips=(), wide=(), bstats=None, phys=None):
     bstats = np.tile([1.0, 0.1, 1.0 / n], (nb, 1)) if bstats is None else bstats
     phi_all, _ = compute_potential(t["r"], t["m"])
     return enc.apply_events(t, 0, t["r"], phi_all, states, encounter, phi, w, formed, bstats,
-                            wmask, phys or enc.BinaryPhysics())[:4]
+                            wmask, phys or enc.BinaryPhysics(), ejected=ejected)[:4]
 
 
 def _energy(t: dict, gidx: np.ndarray, r_slots: np.ndarray) -> float:
@@ -312,9 +312,15 @@ def test_ejected_product_leaves_with_its_energy():
     t = _table(n, rng)
     bstats = np.tile([1.0, 2.0, 1.0 / n], (2, 1))  # a large sigma: a very hard binary
     e0 = _energy(t, np.arange(n), t["r"])
+    ejected = []
     out, gidx, block_start, counts = _apply(t, _states(2), trips=[enc.TRIPLETS_PER_BLOCK + 2],
-                                            bstats=bstats)
+                                            bstats=bstats, ejected=ejected)
     assert counts[C["n_three_body"]] == 1 and counts[C["n_ejected"]] == 1
+    # the escaper table's record of it: the row as it left, its slot radius, its energy
+    (rec, r_left, e_spec), = ejected
+    assert float(rec["m"]) * e_spec == pytest.approx(counts[C["e_ejected"]], rel=1e-14)
+    assert float(rec["m"]) == pytest.approx(counts[C["m_ejected"]], rel=1e-15)
+    assert r_left in t["r"][20:40] and e_spec > 0.0
     assert out["m"].size == n - 2
     assert out["m"].sum() + counts[C["m_ejected"]] == pytest.approx(1.0, rel=1e-14)
     e1 = _energy(out, gidx, t["r"]) + counts[C["e_ejected"]] + counts[C["e_bind_ejected"]]

@@ -92,6 +92,14 @@ def _stopped_and_restarted(tmp_path, ini_text: str, stop: int, total: int):
     for k in fa[0]:
         np.testing.assert_array_equal(fa[0][k], fb[0][k], err_msg=k)
     np.testing.assert_array_equal(fa[1], fb[1])
+    # the escaper table too (rows after the checkpoint were dropped and recomputed)
+    from cmc.io import read_diagnostics
+
+    ea, _ = read_diagnostics(a / "escapers.h5")
+    eb, _ = read_diagnostics(b / "escapers.h5")
+    assert sorted(ea) == sorted(eb)
+    for k in ea:
+        np.testing.assert_array_equal(ea[k], eb[k], err_msg=f"escapers.h5 {k}")
     return fa, fb
 
 
@@ -107,6 +115,10 @@ def test_restart_is_bit_for_bit(tmp_path, emulate, binaries, tidal):
         f"[run]\nemulate_ranks = {emulate}\n[output]\ncheckpoint_every = 7\n", 13, 30)
     if tidal:
         assert np.sum(da["n_stripped_step"][14:]) > 10
+        from cmc.io import read_diagnostics
+
+        esc, _ = read_diagnostics(tmp_path / "a" / "escapers.h5")
+        assert np.count_nonzero(esc["step"] > 13) > 10  # the table covers the restart
         for k in ("r_tidal", "M_stripped", "E_stripped"):
             np.testing.assert_array_equal(da[k], db[k], err_msg=k)
     for k in ("time", "E_tot", "r_c", "N", "lagrange_radii", "E_binding"):
@@ -220,3 +232,39 @@ def test_wall_clock_limit_stops_with_checkpoint(tmp_path):
     with h5py.File(tmp_path / "o" / "checkpoint.h5", "r") as fh:
         assert fh["state"].attrs["stop_reason"] == "max_steps"
         assert int(fh["state"].attrs["step"]) == 3
+
+
+def test_escaper_table_accounts_for_every_escaper(tmp_path):
+    """escapers.h5 holds one row per object that left, as it left: per step, its counts,
+    masses and energies are those of the diagnostics' escape and stripping columns."""
+    from cmc.cli import main
+    from cmc.fields import ESCAPE_EJECTED, ESCAPE_TIDAL, ESCAPE_UNBOUND
+    from cmc.io import read_diagnostics
+
+    ini = tmp_path / "m.ini"
+    ini.write_text("[initial]\nn = 2000\nseed = 5\nbinary_fraction = 0.2\nmodel = king\n"
+                   "w0 = 3\n[tidal]\nmode = shrinking\n[run]\nmax_steps = 40\n")
+    assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == 0
+    esc, attrs = read_diagnostics(tmp_path / "o" / "escapers.h5")
+    d, _ = read_diagnostics(tmp_path / "o" / "diagnostics.h5")
+    assert float(attrs["unit_length_pc"]) == 1.0
+    strip = esc["kind"] == ESCAPE_TIDAL
+    other = np.isin(esc["kind"], [ESCAPE_UNBOUND, ESCAPE_EJECTED])
+    assert strip.sum() > 50 and other.sum() >= 1
+    assert np.all(np.diff(esc["step"]) >= 0)
+    steps = d["step"]
+    n_strip = np.array([np.count_nonzero(strip & (esc["step"] == s)) for s in steps])
+    np.testing.assert_array_equal(n_strip[1:], d["n_stripped_step"][1:])
+    assert other.sum() == d["N_escaped"][-1]
+    np.testing.assert_allclose(np.sum(esc["m"][strip]), d["M_stripped"][-1], rtol=1e-12)
+    np.testing.assert_allclose(np.sum(esc["m"][other]), d["M_escaped"][-1], rtol=1e-12)
+    # the energies the unbound and ejected objects carried off are E_escaped's
+    np.testing.assert_allclose(np.sum(esc["m"][other] * esc["E"][other]), d["E_escaped"][-1],
+                               rtol=1e-10)
+    assert np.all(esc["E"][esc["kind"] == ESCAPE_UNBOUND] >= 0.0)
+    # stripped stars left beyond the tidal radius of their step (by apocentre: r <= r_apo)
+    assert np.all(esc["r_tidal"][strip] > 0.0)
+    np.testing.assert_allclose(esc["J"], esc["r"] * esc["vt"], rtol=1e-15)
+    # binaries leave with their internals
+    b = esc["binind"] >= 0
+    np.testing.assert_allclose(esc["bin_m1"][b] + esc["bin_m2"][b], esc["m"][b], rtol=1e-12)

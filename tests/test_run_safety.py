@@ -520,10 +520,12 @@ def test_kill_minus_nine_at_random_points_then_restart_equals_unbroken_run(tmp_p
     _assert_same_final(ref, out)
     from cmc.io import read_diagnostics
 
-    da, _ = read_diagnostics(ref / "diagnostics.h5")
-    db, _ = read_diagnostics(out / "diagnostics.h5")
-    for k in da:
-        np.testing.assert_array_equal(da[k], db[k], err_msg=k)
+    for name in ("diagnostics.h5", "escapers.h5"):
+        da, _ = read_diagnostics(ref / name)
+        db, _ = read_diagnostics(out / name)
+        assert sorted(da) == sorted(db)
+        for k in da:
+            np.testing.assert_array_equal(da[k], db[k], err_msg=f"{name} {k}")
 
 
 def test_real_disk_full_on_a_tiny_file_system(tmp_path):
