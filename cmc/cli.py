@@ -207,6 +207,13 @@ def cmd_run(args) -> int:
     try:
         if _is_hdf5(args.config):
             # an initial-conditions file (ours or COSMIC's) run with the default parameters
+            import h5py
+
+            try:
+                h5py.File(args.config, "r").close()
+            except OSError as exc:
+                raise InputError(f"{args.config}: not a readable HDF5 file (damaged or "
+                                 f"truncated?): {exc}") from None
             cfg = load_config(None, ["initial.model=file",
                                      f"initial.file={Path(args.config).resolve()}"] + overrides)
         else:

@@ -358,7 +358,9 @@ def test_initial_conditions_not_in_henon_units_are_rescaled_with_a_note(tmp_path
 
 
 @pytest.mark.parametrize("content,words", [
-    (b"\x89HDF\r\n\x1a\n\x00\x00\xff\xfe", "not a text"),
+    # an HDF5 file is taken as initial conditions (cmc run IC.h5): a damaged one says so
+    (b"\x89HDF\r\n\x1a\n\x00\x00\xff\xfe", "not a readable HDF5 file"),
+    (b"PK\x03\x04\x00\x00\xff\xfe\x00", "not a text"),
     (b"[initial]\nfile = 100%.h5\nmodel = file\n[run]\nmax_steps = 1\n", "100%.h5"),
     (b"[DEFAULT]\nseed = 3\n", "[DEFAULT]"),
     (b"[initial]\nn = many\n", "initial.n"),
@@ -402,7 +404,7 @@ def test_early_stop_default_is_warned(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- disk full
-@pytest.mark.parametrize("nth", [4, 6, 9])
+@pytest.mark.parametrize("nth", [5, 7, 10])  # escapers.h5 is the first write
 def test_disk_full_stops_cleanly_and_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch,
                                                               nth):
     """An injected ENOSPC on the nth file write: exit 4, one line, the last good checkpoint
