@@ -388,3 +388,15 @@ def time_of_key(key: str) -> float:
 
 __all__ = ["DYN_COLUMNS", "ESC_COLUMNS", "SNAPSHOT_COLUMNS", "conv_sh", "dyn_dat", "esc_dat",
            "export_cmc", "lagrad_dat", "snapshot_key", "snapshot_table", "time_of_key"]
+
+
+def formats_markdown() -> str:
+    """The column tables of docs/cmc_formats.md, generated from the declarations above."""
+    out = []
+    for title, cols in (("PREFIX.dyn.dat", DYN_COLUMNS), ("PREFIX.esc.dat", ESC_COLUMNS),
+                        ("PREFIX.snapshots.h5 (each table)", SNAPSHOT_COLUMNS)):
+        out.append(f"### {title}\n\n| # | column | unit | holds |\n|---|---|---|---|")
+        out += [f"| {i + 1} | `{name}` | {unit} | {meaning} |"
+                for i, (name, unit, meaning) in enumerate(cols)]
+        out.append("")
+    return "\n".join(out)

@@ -169,3 +169,13 @@ def test_export_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
     assert main(["export", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no diagnostics.h5" in err and "Traceback" not in err
+
+
+def test_formats_doc_is_current():
+    """docs/cmc_formats.md lists every exported column as declared (no drift)."""
+    from pathlib import Path
+
+    from cmc.export import formats_markdown
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cmc_formats.md").read_text()
+    assert formats_markdown() in doc
