@@ -323,7 +323,10 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
         trials += 1
         xu = taus_uniform(states, blk)
         c = ea - 0.5 * eb - 2.0 * ea * xu
-        u = -2.0 * c / (ea + math.sqrt(max(ea * ea - 2.0 * eb * c, 0.0)))
+        disc = ea * ea - 2.0 * eb * c
+        if disc < 0.0:  # not max(): numba.cuda 0.68 mistypes max of two floats
+            disc = 0.0
+        u = -2.0 * c / (ea + math.sqrt(disc))
         if u < -1.0:
             u = -1.0
         elif u > 1.0:
