@@ -10,6 +10,7 @@ device's FMA contraction is estimated by compiling the same source for the CPU w
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -157,7 +158,14 @@ def test_gpu_backend_without_cupy_stops_with_one_line(tmp_path, capsys):
         check_backend("gpu")
     out = tmp_path / "o"
     ini = Path(__file__).resolve().parents[1] / "examples" / "plummer_small.ini"
-    assert main(["run", str(ini), "-o", str(out), "--orbit-backend", "gpu"]) == 2
+    logger = logging.getLogger("cmc")
+    before = list(logger.handlers)
+    try:
+        assert main(["run", str(ini), "-o", str(out), "--orbit-backend", "gpu"]) == 2
+    finally:  # no handler bound to this test's captured stderr may outlive it
+        for h in logger.handlers:
+            if h not in before:
+                logger.removeHandler(h)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("cmc: error: run.orbit_backend = gpu: CuPy is not installed")
