@@ -2,7 +2,9 @@
 
 ``python bench/bench_step.py N STEPS THREADS [section.key=value ...]`` runs one configuration
 in this process (``mpiexec -n P python bench/bench_step.py ...`` for P ranks) and prints one JSON
-line; the optional overrides change the model (e.g. ``initial.binary_fraction=0.1``).
+line; the optional overrides change the model (e.g. ``initial.binary_fraction=0.1``, or
+``run.orbit_backend=gpu`` for new orbits on a CUDA device).  With the GPU back end the line
+also holds the device's name and the orbit kernel's host<->device transfer time and bytes.
 """
 
 from __future__ import annotations
@@ -29,10 +31,16 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     cfg = load_config(None, [f"initial.n={n}", "initial.seed=1", f"run.max_steps={steps}",
                              *(overrides or [])])
     sim = Simulation.create(cfg, comm)
-    # warm up (compilation is cached, but the first call still loads it)
+    # warm up (compilation is cached, but the first call still loads it; a GPU kernel
+    # compiles at its first launch)
     for _ in range(2):
         sim.step()
     sim.timers = dict.fromkeys(PARTS, 0.0)
+    gpu = getattr(sim.orbits, "stats", None)
+    if gpu is not None:
+        from physics.orbits_gpu import TransferStats
+
+        sim.orbits.stats = gpu = TransferStats()
     comm.Barrier()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -40,7 +48,6 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     comm.Barrier()
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    parts = comm.allreduce([sim.timers[p] for p in PARTS]) if False else None
     timers = comm.gather(sim.timers, root=0)
     rss_all = comm.gather(rss, root=0)
     if comm.Get_rank() != 0:
@@ -50,16 +57,77 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     events = {k: float(sum(hist[k][-steps:])) for k in ("n_binary_single", "n_binary_binary",
                                                          "n_three_body", "n_wide_broken")
               if k in hist}
-    return {"N": n, "ranks": comm.Get_size(), "threads": threads, "steps": steps,
-            "overrides": overrides or [], "events": events,
-            "encounters_s_per_rank": [t["encounters"] for t in timers],
-            "us_per_star_step": wall / (steps * n) * 1e6, "parts_us_per_star": per,
-            "max_rss_bytes_per_star": max(rss_all) / n * comm.Get_size() / comm.Get_size(),
-            "parts": parts}
+    out = {"N": n, "ranks": comm.Get_size(), "threads": threads, "steps": steps,
+           "overrides": overrides or [], "events": events,
+           "orbit_backend": cfg.run.orbit_backend,
+           "encounters_s_per_rank": [t["encounters"] for t in timers],
+           "us_per_star_step": wall / (steps * n) * 1e6, "parts_us_per_star": per,
+           "max_rss_bytes_per_star": max(rss_all) / n}
+    if gpu is not None:
+        out["device"] = sim.orbits.device
+        out["gpu_us_per_star"] = {
+            "prepare": gpu.s_prepare / (steps * n) * 1e6,
+            "to_device": gpu.s_to_device / (steps * n) * 1e6,
+            "kernel": gpu.s_kernel / (steps * n) * 1e6,
+            "to_host": gpu.s_to_host / (steps * n) * 1e6}
+        out["gpu_bytes_per_step"] = {"to_device": gpu.bytes_to_device / steps,
+                                     "to_host": gpu.bytes_to_host / steps}
+    return out
+
+
+def bench_orbit_kernel(n: int, reps: int, backend: str) -> dict:
+    """Microseconds per star of the orbit kernel alone (one process) on a Plummer model: the
+    numba kernel on the threads numba has, or a :class:`physics.orbits_gpu.DeviceOrbits`
+    (its kernel time and its transfers apart)."""
+    import numba
+
+    from cmc.initial import initial_generator
+    from parallel.streams import Streams
+    from physics.initial_conditions import plummer
+    from physics.orbits import block_rows, new_orbits_rows
+    from physics.orbits_gpu import run_orbit_kernel
+    from physics.potential import compute_potential
+
+    st = plummer(n, initial_generator(7))
+    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
+    phi, mcum = compute_potential(r, m)
+    gidx, block_start = block_rows(n)
+    states = Streams.create(3, 1, block_start.size - 1).states[0].copy()
+    args = (r, phi, mcum, gidx, block_start, m, vr, vt, states, 0.0)
+    if backend == "cpu":
+        fn = new_orbits_rows
+        device = f"CPU, {numba.get_num_threads()} thread(s)"
+    else:
+        from physics.orbits_gpu import DeviceOrbits
+
+        fn = DeviceOrbits(backend)
+        device = fn.device
+    run_orbit_kernel(fn, *args)  # compile / load
+    best = float("inf")
+    for _ in range(reps):
+        if backend != "cpu":
+            from physics.orbits_gpu import TransferStats
+
+            fn.stats = TransferStats()
+        t0 = time.perf_counter()
+        run_orbit_kernel(fn, *args)
+        t = time.perf_counter() - t0
+        if t < best:
+            best = t
+            stats = getattr(fn, "stats", None)
+    out = {"N": n, "backend": backend, "device": device, "us_per_star": best / n * 1e6}
+    if backend != "cpu":
+        out.update({k: getattr(stats, k) / n * 1e6 for k in
+                    ("s_prepare", "s_to_device", "s_kernel", "s_to_host")})
+    return out
 
 
 if __name__ == "__main__":
-    n, steps, threads = (int(x) for x in sys.argv[1:4])
-    out = bench_step(n, steps, threads, overrides=sys.argv[4:])
+    if sys.argv[1] == "orbits":
+        n, reps = int(sys.argv[2]), int(sys.argv[3])
+        out = bench_orbit_kernel(n, reps, sys.argv[4])
+    else:
+        n, steps, threads = (int(x) for x in sys.argv[1:4])
+        out = bench_step(n, steps, threads, overrides=sys.argv[4:])
     if out:
         print("BENCH " + json.dumps(out), flush=True)

@@ -202,6 +202,8 @@ def cmd_run(args) -> int:
     overrides = list(args.set or [])
     if args.emulate_ranks is not None:
         overrides.append(f"run.emulate_ranks={args.emulate_ranks}")
+    if args.orbit_backend is not None:
+        overrides.append(f"run.orbit_backend={args.orbit_backend}")
     if args.overwrite and args.resume:
         raise InputError("--overwrite and --resume exclude each other")
     try:
@@ -221,6 +223,9 @@ def cmd_run(args) -> int:
     except ConfigError as exc:
         exc.collective = True
         raise
+    from cmc.simulation import check_orbit_backend
+
+    check_orbit_backend(cfg.run.orbit_backend, comm)  # before anything is written
     outdir = Path(args.output or Path("runs") / Path(args.config).stem)
     lock = RunLock(outdir)
     try:
@@ -325,8 +330,12 @@ def cmd_restart(args) -> int:
         setup_logging(comm.Get_rank(), str(outdir / "cmc.log"))
         from cmc.simulation import Simulation
 
+        overrides = list(args.set or [])
+        if args.orbit_backend is not None:
+            overrides.append(f"run.orbit_backend={args.orbit_backend}")
         try:
-            sim = Simulation.from_checkpoint(ck, comm, overrides=args.set, outdir=outdir)
+            sim = Simulation.from_checkpoint(ck, comm, overrides=overrides or None,
+                                             outdir=outdir)
         except (InputError, ConfigError) as exc:
             exc.collective = True
             raise
@@ -336,7 +345,7 @@ def cmd_restart(args) -> int:
         _warm_kernels(comm)
         log.info("restart from %s at step %d (t = %.4f t_rh0)%s", ck, sim.state.step,
                  sim.state.time / sim.state.t_rh0,
-                 f" with {' '.join(args.set)}" if args.set else "")
+                 f" with {' '.join(overrides)}" if overrides else "")
         return _finish(sim, outdir)
     finally:
         lock.release()
@@ -454,6 +463,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a parameter (repeatable)")
     r.add_argument("--emulate-ranks", type=int, metavar="P",
                    help="serial run reproducing the random streams of a P-rank MPI run")
+    r.add_argument("--orbit-backend", choices=("cpu", "gpu", "gpu-sim"),
+                   help="where new orbits are computed (run.orbit_backend): cpu, gpu (CUDA "
+                   "through CuPy, the 'gpu' extra) or gpu-sim (the GPU kernel simulated on "
+                   "the CPU; slow)")
     r.add_argument("--overwrite", action="store_true",
                    help="remove the outputs of a run already in the folder and start afresh")
     r.add_argument("--resume", action="store_true",
@@ -466,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="restart from this checkpoint of OUTDIR (e.g. checkpoint.1.h5)")
     rs.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="change a parameter (e.g. run.max_steps) for the continuation")
+    rs.add_argument("--orbit-backend", choices=("cpu", "gpu", "gpu-sim"),
+                    help="continue with new orbits on this back end (run.orbit_backend; the "
+                    "checkpoint is the same whichever computed it)")
     rs.set_defaults(func=cmd_restart)
     ic = sub.add_parser("ic", help="write initial conditions to HDF5")
     ic.add_argument("model", choices=("plummer", "king", "file"),

@@ -212,6 +212,8 @@ class Simulation:
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,
                                        collapse_tol=b.collapse_tol))
+        #: the orbit kernel: numba on the CPU, or the same kernel on a GPU
+        self.orbits = orbit_kernel(cfg.run.orbit_backend, comm)
         self.sync_replicated()
 
     # ------------------------------------------------------------------ construction
@@ -456,9 +458,9 @@ class Simulation:
         status = np.zeros(n, dtype=np.int8)
         counters = np.zeros((nb, 2))
         r_apo = np.empty(n)
-        new_orbits_rows(self.r_all, self.phi_all, self.mcum_all, gidx, block_start, stars.m,
-                        stars.vr, stars.vt, states, float(st.r_tidal), r_new, vr_new, vt_new,
-                        phi_oo, phi_on, status, counters, r_apo)
+        self.orbits(self.r_all, self.phi_all, self.mcum_all, gidx, block_start, stars.m,
+                    stars.vr, stars.vt, states, float(st.r_tidal), r_new, vr_new, vt_new,
+                    phi_oo, phi_on, status, counters, r_apo)
         self.streams.states[rows, subs] = states
         w_mutual = 0.0
         if self.cfg.tidal.mode != "isolated":
@@ -1318,6 +1320,43 @@ def _legacy_scale(state: RunState, cfg: Config, unit_mass_msun: float) -> None:
     state.m0 = 1.0
     if cfg.tidal.mode == "fixed" and cfg.tidal.r_t0_from == "value":
         state.r_t0 = state.r_tidal = cfg.tidal.r_t0
+
+
+def check_orbit_backend(backend: str, comm) -> None:
+    """Raise :class:`InputError` on every rank (one line naming what is missing: CuPy, a CUDA
+    device) if orbit back end ``backend`` cannot run on some rank (collective)."""
+    if backend == "cpu":
+        return
+    from physics.orbits_gpu import BackendUnavailable, check_backend
+
+    msg = ""
+    try:
+        check_backend(backend)
+    except BackendUnavailable as exc:
+        msg = str(exc)
+    if allreduce_max(comm, np.array([float(bool(msg))]))[0]:
+        err = InputError(f"run.orbit_backend = {backend}: "
+                         f"{msg or 'unavailable on another rank'}")
+        err.collective = True
+        raise err
+
+
+def orbit_kernel(backend: str, comm):
+    """The orbit kernel of ``run.orbit_backend``: :func:`physics.orbits.new_orbits_rows`
+    (``cpu``), or a :class:`physics.orbits_gpu.DeviceOrbits` with the same signature.
+
+    Collective (:func:`check_orbit_backend`).  With several ranks on a node, rank ``k`` uses
+    device ``k`` modulo the device count.
+    """
+    if backend == "cpu":
+        return new_orbits_rows
+    check_orbit_backend(backend, comm)
+    from physics.orbits_gpu import DeviceOrbits, device_count
+
+    device = comm.Get_rank() % device_count() if backend == "gpu" else None
+    kernel = DeviceOrbits(backend, device)
+    log.info("new orbits on %s", kernel.device)
+    return kernel
 
 
 def scatter_global(comm, glob: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:

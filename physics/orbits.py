@@ -17,9 +17,17 @@ Plummer model instead of 1.75 for the constant 1.1 max(g(+-1)), with no bound vi
 
 Random numbers: each 20-star block ``b`` draws from its own sub-stream ``states[b]`` in star
 order, so results do not depend on the number of threads or MPI ranks.
+
+One source, two targets: the per-block work (:func:`_orbit_block` and everything it calls,
+down to :func:`parallel.rng.taus_uniform`) is written in the subset of Python that both
+``numba.njit`` and ``numba.cuda.jit(device=True)`` compile -- scalars, tuples, arrays passed
+in, ``math`` functions, no allocation -- and :mod:`physics.orbits_gpu` compiles the very same
+functions for a GPU (one thread per 20-star block).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit, prange
@@ -167,7 +175,8 @@ def _checked(lo, lo0, hi0, outside, r, phi, c1, c2, j2):
 
 
 @njit(cache=True, inline="always")
-def _level_search(s, r, phi, levels, c1_in, c1_out, c2, j2, bound):
+def _level_search(s, r, phi, lev_r, lev_phi, offsets, shifts, c1_in, c1_out, c2, j2,
+                  bound):
     """Intervals holding the pericentre and the apocentre of star ``s``.
 
     The pericentre interval is the last index in [-1, s) where Q < 0, the apocentre interval
@@ -175,9 +184,8 @@ def _level_search(s, r, phi, levels, c1_in, c1_out, c2, j2, bound):
     sign once on each range (one turning point on each side of the star), so the count of
     entries where it holds locates the crossing on each level.  Both searches advance level
     by level together, so that their memory accesses overlap.  ``bound`` False skips the
-    apocentre (unbound orbit).
+    apocentre (unbound orbit).  ``lev_r, lev_phi, offsets, shifts``: :func:`search_levels`.
     """
-    lev_r, lev_phi, offsets, shifts = levels
     n = r.shape[0]
     lo_p, hi_p = -1, s
     lo_a, hi_a = s, n
@@ -194,10 +202,12 @@ def _level_search(s, r, phi, levels, c1_in, c1_out, c2, j2, bound):
 
 
 @njit(cache=True, inline="always")
-def _turning_intervals(s, r, phi, levels, c1_in, c1_out, c2, j2, bound):
+def _turning_intervals(s, r, phi, lev_r, lev_phi, offsets, shifts, c1_in, c1_out, c2, j2,
+                       bound):
     """:func:`_level_search`, its answers checked (bisection where a check fails)."""
     n = r.shape[0]
-    lo_p, lo_a = _level_search(s, r, phi, levels, c1_in, c1_out, c2, j2, bound)
+    lo_p, lo_a = _level_search(s, r, phi, lev_r, lev_phi, offsets, shifts, c1_in, c1_out, c2,
+                               j2, bound)
     kmin = _checked(lo_p, -1, s, False, r, phi, c1_in, 0.0, j2)
     kmax = _checked(lo_a, s, n, True, r, phi, c1_out, c2, j2) if bound else n - 1
     return kmin, kmax
@@ -215,39 +225,48 @@ def turning_points(r, phi, mcum, s, ms, e, jang, levels=None):
         Turning radii, interval indices (``-1`` .. ``n-1``) holding them, and Q' there.
         ``rmax`` is ``inf`` for an unbound orbit (E >= 0).
     """
+    levels = search_levels(r, phi) if levels is None else levels
+    return _turning_points_lv(r, phi, mcum, s, ms, e, jang, levels[0], levels[1], levels[2],
+                              levels[3])
+
+
+@njit(cache=True, inline="always")
+def _turning_points_lv(r, phi, mcum, s, ms, e, jang, lev_r, lev_phi, offsets, shifts):
+    """:func:`turning_points` with the search levels given as four arrays (the device-side
+    form: no allocation)."""
     n = r.shape[0]
     rs = r[s]
     j2 = jang * jang
-    levels = search_levels(r, phi) if levels is None else levels
     # pericentre: Q(r=0) < 0 <= Q(r_s); apocentre: Q(r_s) >= 0 > Q(r = inf) = 2E
-    kmin, kmax = _turning_intervals(s, r, phi, levels, 2.0 * e - 2.0 * ms / rs, 2.0 * e,
-                                    2.0 * ms, j2, e < 0.0)
+    kmin, kmax = _turning_intervals(s, r, phi, lev_r, lev_phi, offsets, shifts,
+                                    2.0 * e - 2.0 * ms / rs, 2.0 * e, 2.0 * ms, j2, e < 0.0)
     lo = kmin
     a, b = _interval_coeffs(lo, r, phi, mcum, s, ms, rs)
     c = e - a
     d = b * b + 2.0 * c * j2
-    sq = np.sqrt(d) if d > 0.0 else 0.0
+    sq = math.sqrt(d) if d > 0.0 else 0.0
     if j2 == 0.0:
         rmin = 0.0
     elif b + sq > 0.0:
         rmin = j2 / (b + sq)
     else:
-        rmin = np.sqrt(j2 / (2.0 * c)) if c > 0.0 else rs
+        rmin = math.sqrt(j2 / (2.0 * c)) if c > 0.0 else rs
     rlo = r[lo] if lo >= 0 else 0.0
     if rmin < rlo:
         rmin = rlo
     if rmin > rs:
         rmin = rs
-    dq_min = -2.0 * b / (rmin * rmin) + 2.0 * j2 / (rmin * rmin * rmin) if rmin > 0.0 else np.inf
+    dq_min = (-2.0 * b / (rmin * rmin) + 2.0 * j2 / (rmin * rmin * rmin) if rmin > 0.0
+              else math.inf)
     if e >= 0.0:
-        return rmin, np.inf, kmin, n - 1, dq_min, 0.0
+        return rmin, math.inf, kmin, n - 1, dq_min, 0.0
     lo = kmax
     a, b = _interval_coeffs(lo, r, phi, mcum, s, ms, rs)
     c = e - a
     if c >= 0.0:
-        return rmin, np.inf, kmin, n - 1, dq_min, 0.0
+        return rmin, math.inf, kmin, n - 1, dq_min, 0.0
     d = b * b + 2.0 * c * j2
-    sq = np.sqrt(d) if d > 0.0 else 0.0
+    sq = math.sqrt(d) if d > 0.0 else 0.0
     rmax = (b + sq) / (-2.0 * c)
     if rmax < r[lo]:
         rmax = r[lo]
@@ -272,8 +291,8 @@ def _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, hi_idx):
 
 @njit(cache=True)
 def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kmax,
-                dq_min, dq_max, out, lut, lut_lo, lut_inv):
-    """Sample a radius on the orbit; out = (x, vr, vt, phi_s(x), trials, violations)."""
+                dq_min, dq_max, lut, lut_lo, lut_inv):
+    """Sample a radius on the orbit; returns (x, vr, vt, phi_s(x), trials, violations)."""
     n = r.shape[0]
     rs = r[s]
     j2 = jang * jang
@@ -286,18 +305,12 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
         k = _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, kmax + 1 if kmax + 1 <= n else n)
         a, b = _interval_coeffs(k, r, phi, mcum, s, ms, rs)
         q = 2.0 * (e - a) + 2.0 * b / x - j2 / (x * x)
-        vr = np.sqrt(q) if q > 0.0 else 0.0
+        vr = math.sqrt(q) if q > 0.0 else 0.0
         if taus_uniform(states, blk) < 0.5:
             vr = -vr
-        out[0] = x
-        out[1] = vr
-        out[2] = jang / x
-        out[3] = a - b / x
-        out[4] = 1.0
-        out[5] = 0.0
-        return
-    g1 = np.sqrt(3.0 * width / dq_min)
-    g2 = np.sqrt(3.0 * width / (-dq_max))
+        return x, vr, jang / x, a - b / x, 1, 0
+    g1 = math.sqrt(3.0 * width / dq_min)
+    g2 = math.sqrt(3.0 * width / (-dq_max))
     # Envelope F(u) = ea + eb u through F_FACTOR times the end values; u is drawn from the
     # density proportional to F by inverting its CDF, then accepted with probability g/F.
     gmax = g1 if g1 > g2 else g2
@@ -310,7 +323,10 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
         trials += 1
         xu = taus_uniform(states, blk)
         c = ea - 0.5 * eb - 2.0 * ea * xu
-        u = -2.0 * c / (ea + np.sqrt(max(ea * ea - 2.0 * eb * c, 0.0)))
+        disc = ea * ea - 2.0 * eb * c
+        if disc < 0.0:  # not max(): numba.cuda 0.68 mistypes max of two floats
+            disc = 0.0
+        u = -2.0 * c / (ea + math.sqrt(disc))
         if u < -1.0:
             u = -1.0
         elif u > 1.0:
@@ -328,7 +344,7 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
             continue
         # g = dx/du / |v_r| = gnum / sqrt(q); tests multiplied by sqrt(q) need no division
         gnum = 0.75 * width * (1.0 - u * u)
-        sq = np.sqrt(q)
+        sq = math.sqrt(q)
         if gnum > fbound * sq:
             # The envelope was too low for this orbit: raise it and start again.
             violations += 1
@@ -338,15 +354,10 @@ def _sample_one(states, blk, r, phi, mcum, s, ms, e, jang, rmin, rmax, kmin, kma
             continue
         if y * sq < gnum or trials >= MAX_TRIALS:
             break
-    vr = np.sqrt(q) if q > 0.0 else 0.0
+    vr = math.sqrt(q) if q > 0.0 else 0.0
     if taus_uniform(states, blk) < 0.5:
         vr = -vr
-    out[0] = x
-    out[1] = vr
-    out[2] = jang / x
-    out[3] = a - b * inv_x
-    out[4] = trials
-    out[5] = violations
+    return x, vr, jang / x, a - b * inv_x, trials, violations
 
 
 def block_rows(n: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -408,45 +419,58 @@ def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, stat
     """
     nblocks = states.shape[0]
     lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
-    levels = search_levels(r_all, phi_all)
+    lev_r, lev_phi, offsets, shifts = search_levels(r_all, phi_all)
     for blk in prange(nblocks):
-        out = np.empty(6)
-        i0 = block_start[blk]
-        i1 = block_start[blk + 1]
-        tr = 0.0
-        viol = 0.0
-        for i in range(i0, i1):
-            s = gidx[i]
-            rs = r_all[s]
-            ms = m[i]
-            pot = phi_all[s] + ms / rs
-            e = pot + 0.5 * (vr[i] * vr[i] + vt[i] * vt[i])
-            jang = rs * vt[i]
-            phi_oo[i] = pot
-            rmin, rmax, kmin, kmax, dqmin, dqmax = turning_points(
-                r_all, phi_all, mcum_all, s, ms, e, jang, levels)
-            r_apo[i] = rmax
-            if not np.isfinite(rmax):
-                status[i] = ORBIT_ESCAPED_UNBOUND
-                r_new[i] = rs
-                phi_on[i] = pot
-                continue
-            if r_tidal > 0.0 and rmax > r_tidal:
-                status[i] = ORBIT_ESCAPED_TIDAL
-                r_new[i] = rs
-                phi_on[i] = pot
-                continue
-            status[i] = ORBIT_OK
-            _sample_one(states, blk, r_all, phi_all, mcum_all, s, ms, e, jang, rmin, rmax,
-                        kmin, kmax, dqmin, dqmax, out, lut, lut_lo, lut_inv)
-            r_new[i] = out[0]
-            vr_new[i] = out[1]
-            vt_new[i] = out[2]
-            phi_on[i] = out[3]
-            tr += out[4]
-            viol += out[5]
-        counters[blk, 0] = tr
-        counters[blk, 1] = viol
+        _orbit_block(blk, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, lut,
+                     lut_lo, lut_inv, gidx, block_start, m, vr, vt, states, r_tidal, r_new,
+                     vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo)
+
+
+@njit(cache=True, inline="always")
+def _orbit_block(blk, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, lut, lut_lo,
+                 lut_inv, gidx, block_start, m, vr, vt, states, r_tidal, r_new, vr_new, vt_new,
+                 phi_oo, phi_on, status, counters, r_apo):
+    """New orbits of the rows of block ``blk`` (drawing from ``states[blk]``): the work of one
+    CPU thread's loop iteration and of one GPU thread.  Arguments as :func:`new_orbits_rows`,
+    with the radius lookup table (:func:`physics.potential.radius_lookup_table`) and the search
+    levels (:func:`search_levels`) of ``r_all`` made by the caller."""
+    i0 = block_start[blk]
+    i1 = block_start[blk + 1]
+    tr = 0.0
+    viol = 0.0
+    for i in range(i0, i1):
+        s = gidx[i]
+        rs = r_all[s]
+        ms = m[i]
+        pot = phi_all[s] + ms / rs
+        e = pot + 0.5 * (vr[i] * vr[i] + vt[i] * vt[i])
+        jang = rs * vt[i]
+        phi_oo[i] = pot
+        rmin, rmax, kmin, kmax, dqmin, dqmax = _turning_points_lv(
+            r_all, phi_all, mcum_all, s, ms, e, jang, lev_r, lev_phi, offsets, shifts)
+        r_apo[i] = rmax
+        if not math.isfinite(rmax):
+            status[i] = ORBIT_ESCAPED_UNBOUND
+            r_new[i] = rs
+            phi_on[i] = pot
+            continue
+        if r_tidal > 0.0 and rmax > r_tidal:
+            status[i] = ORBIT_ESCAPED_TIDAL
+            r_new[i] = rs
+            phi_on[i] = pot
+            continue
+        status[i] = ORBIT_OK
+        x, vr_i, vt_i, phi_x, trials, violations = _sample_one(
+            states, blk, r_all, phi_all, mcum_all, s, ms, e, jang, rmin, rmax, kmin, kmax,
+            dqmin, dqmax, lut, lut_lo, lut_inv)
+        r_new[i] = x
+        vr_new[i] = vr_i
+        vt_new[i] = vt_i
+        phi_on[i] = phi_x
+        tr += trials
+        viol += violations
+    counters[blk, 0] = tr
+    counters[blk, 1] = viol
 
 
 @njit(cache=True, parallel=True)

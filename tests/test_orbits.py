@@ -91,7 +91,7 @@ def test_turning_search_matches_bisection(plummer_5k):
         e = phi[s] + m[s] / r[s] + 0.5 * (vr[s] ** 2 + vt[s] ** 2)
         j2 = (r[s] * vt[s]) ** 2
         c_in, c_out, c2 = 2 * e - 2 * m[s] / r[s], 2 * e, 2 * m[s]
-        kmin, kmax = _level_search(s, r, phi, levels, c_in, c_out, c2, j2, e < 0)
+        kmin, kmax = _level_search(s, r, phi, *levels, c_in, c_out, c2, j2, e < 0)
         assert kmin == _bisect_true(-1, s, False, r, phi, c_in, 0.0, j2)
         assert kmax == _bisect_true(s, n, True, r, phi, c_out, c2, j2)
 
@@ -112,12 +112,11 @@ def test_sampled_radii_follow_dt_over_T(plummer_5k, s):
     rmin, rmax = tp[0], tp[1]
     states = rng_states(1, seed=5)
     lut = radius_lookup_table(r, 4)
-    out = np.empty(6)
     nsamp = 20000
     xs = np.empty(nsamp)
     viol = 0
     for i in range(nsamp):
-        _sample_one(states, 0, r, phi, mcum, s, m[s], e, j, *tp, out, *lut)
+        out = _sample_one(states, 0, r, phi, mcum, s, m[s], e, j, *tp, *lut)
         xs[i] = out[0]
         viol += out[5]
         # E and J are kept by the new position and velocities
