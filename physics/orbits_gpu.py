@@ -96,8 +96,13 @@ def _numba_cuda(simulate: bool):
 
     if "numba.cuda" not in sys.modules:
         if simulate:
+            # reload_config resets every setting from the environment: keep the kernel cache
+            # folder keyed by the kernel sources (parallel/jit_cache.py), or later kernels
+            # would be cached beside stale ones
+            cache_dir = config.CACHE_DIR
             os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
             config.reload_config()
+            config.CACHE_DIR = cache_dir
         elif config.ENABLE_CUDASIM:
             raise BackendUnavailable("NUMBA_ENABLE_CUDASIM=1 is set: numba.cuda would be the "
                                      "simulator (unset it, or use run.orbit_backend = gpu-sim)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -25,3 +27,14 @@ def rng_states(n: int, seed: int = 3) -> np.ndarray:
     from parallel.streams import Streams
 
     return np.ascontiguousarray(Streams.create(seed, 1, n).states[0])
+
+
+@pytest.fixture(autouse=True)
+def _drop_cmc_log_handlers():
+    """A test that ran the CLI leaves the ``cmc`` logger writing to that test's captured
+    stderr, closed once it ends; drop such handlers so that no test depends on the order."""
+    yield
+    logger = logging.getLogger("cmc")
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()

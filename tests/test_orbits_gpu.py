@@ -31,7 +31,14 @@ from tests.conftest import rng_states
 
 @pytest.fixture(scope="module")
 def sim_kernel():
-    return DeviceOrbits("gpu-sim")
+    import numba
+
+    cache = numba.config.CACHE_DIR
+    kernel = DeviceOrbits("gpu-sim")
+    # loading the simulator reloads numba's settings: the kernel cache must stay keyed by
+    # the kernel sources (parallel/jit_cache.py)
+    assert numba.config.CACHE_DIR == cache and "kernels-" in cache
+    return kernel
 
 
 def _inputs(st, n, vr_scale=1.0):
