@@ -1,8 +1,9 @@
 """Run directories: what a run leaves there, its status, and one writer at a time.
 
-A run directory holds ``config.ini``, ``cmc.log``, ``diagnostics.h5``, ``checkpoint.h5`` (and
-the older ``checkpoint.1.h5`` ...), ``snapshots/`` and the lock file ``.lock``.  Nothing here
-communicates: the CLI calls these functions on rank 0 and broadcasts the outcome.
+A run directory holds ``config.ini``, ``cmc.log``, ``diagnostics.h5``, ``escapers.h5``,
+``checkpoint.h5`` (and the older ``checkpoint.1.h5`` ...), ``snapshots/`` and the lock file
+``.lock``.  Nothing here communicates: the CLI calls these functions on rank 0 and broadcasts
+the outcome.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 from cmc.errors import PLANNED_STOPS, RESUMABLE_STOPS, InputError
 
 LOCK_NAME = ".lock"
-_FILES = ("config.ini", "cmc.log", "diagnostics.h5", "summary.tsv", "summary.json")
+_FILES = ("config.ini", "cmc.log", "diagnostics.h5", "escapers.h5", "summary.tsv",
+          "summary.json")
 
 
 def run_outputs(outdir: str | os.PathLike) -> list[Path]:
