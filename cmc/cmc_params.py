@@ -154,7 +154,7 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
     if (v := pop("INPUT_FILE")) is not None:
         f = Path(v).expanduser()
         if not f.is_absolute():
-            f = Path(path).resolve().parent / f
+            f = (Path(path).resolve().parent / f).resolve()
         put("INPUT_FILE", initial__model="file", initial__file=str(f))
     if (v := pop("IDUM")) is not None:
         put("IDUM", initial__seed=str(abs(int(float(v)))))

@@ -124,3 +124,28 @@ def test_cli_two_commands_from_cosmic_and_cmc_files(tmp_path):
         assert fh["step"][-1] == 3
         assert fh["r_tidal"][0] == 20.0  # RTID of the COSMIC file, in virial radii
         assert float(fh.attrs["unit_length_pc"]) == 2.0
+
+
+def test_docs_workflow_example(tmp_path):
+    """examples/cosmic (docs/cosmic.md): COSMIC's sampler makes king.hdf5, CMC-COSMIC's King
+    parameter file converts, runs (a few steps here) and exports."""
+    pytest.importorskip("cosmic.sample.initialcmctable")
+    import importlib.util
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "examples" / "cosmic"
+    work = tmp_path / "examples" / "cosmic"
+    shutil.copytree(src, work)
+    spec = importlib.util.spec_from_file_location("make_king_ic", work / "make_king_ic.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(str(tmp_path / "king.hdf5"), 400)  # INPUT_FILE = ../../king.hdf5
+    conv = convert_cmc_ini(work / "KingProfile.ini")
+    cfg = load_config(text=conv.ini())
+    assert cfg.initial.file == str(tmp_path / "king.hdf5") and cfg.run.t_max_myr == 500.0
+    (tmp_path / "king.ini").write_text(conv.ini())
+    out = tmp_path / "runs" / "king_cosmic"
+    assert main(["run", str(tmp_path / "king.ini"), "-o", str(out), "--set",
+                 "run.max_steps=5"]) == 0
+    assert main(["export", str(out), "--format", "cmc"]) == 0
+    assert (out / "cmc" / "initial.dyn.dat").exists()
