@@ -207,6 +207,12 @@ def cmd_run(args) -> int:
     if args.overwrite and args.resume:
         raise InputError("--overwrite and --resume exclude each other")
     try:
+        if str(args.config).lower().endswith(".fits"):
+            # a COSMIC file in FITS: say what to do instead of "not a text (INI) file"
+            cfg = load_config(None, ["initial.model=file", f"initial.file={args.config}"])
+            from cmc.initial import build_initial_stars
+
+            build_initial_stars(cfg)
         if _is_hdf5(args.config):
             # an initial-conditions file (ours or COSMIC's) run with the default parameters
             import h5py

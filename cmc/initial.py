@@ -32,6 +32,9 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
         ``n``, ``model``, ``r_tidal`` (Hénon length, 0 for untruncated models), ``m_total_msun``.
     """
     ini = cfg.initial
+    if ini.model == "file" and str(ini.file).lower().endswith(".fits"):
+        raise InputError(f"{ini.file}: COSMIC's FITS files are not read; write the tables as "
+                         "HDF5 (InitialCMCTable.write(singles, binaries, filename='x.hdf5'))")
     if ini.model == "file" and is_cosmic_file(ini.file):
         return _cosmic_stars(cfg)
     if ini.model == "file":

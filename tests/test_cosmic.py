@@ -245,3 +245,11 @@ def test_not_nbody_units_is_rescaled(cosmic_files, tmp_path, caplog):
         stars, _ = build_initial_stars(cfg)
     assert "not in Hénon units" in caplog.text
     assert abs(np.sum(stars["m"]) - 1.0) < 1e-12
+
+
+def test_fits_files_are_refused_with_the_way_out(tmp_path, capsys):
+    fits = tmp_path / "king.fits"
+    fits.write_bytes(b"SIMPLE  =                    T")
+    assert main(["run", str(fits), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "FITS" in err[0] and "hdf5" in err[0]
