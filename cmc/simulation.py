@@ -564,7 +564,8 @@ class Simulation:
         st.time += dt
         st.dt_prev = dt
         st.step += 1
-        self._gather_escapers()
+        # every rank knows the step's escapers from the reduction: gather only when some left
+        self._gather_escapers(int(round(red[3] + n_strip + ev["n_ejected"])))
         extra = {"dt": dt, "trials_per_star": red[4] / max(self.n_total, 1),
                  "bound_violations": red[5],
                  "beta_mean": red[6] / max(self.n_total // 2, 1), "beta_capped": red[7],
@@ -599,11 +600,13 @@ class Simulation:
         return {f.name: np.zeros(0, dtype=f.dtype)
                 for f in escaper_columns(self.stars.has_binary_fields)}
 
-    def _gather_escapers(self) -> None:
+    def _gather_escapers(self, n_left: int) -> None:
         """Gather this step's escaper records on rank 0 (collective; runs with an output
-        folder only), stamped with the step, time and tidal radius, in a fixed order (kind,
-        then id) that does not depend on the number of ranks."""
-        if self.outdir is None:
+        folder only, and only when ``n_left``, the step's escapers over all ranks, is not 0),
+        stamped with the step, time and tidal radius, in a fixed order (kind, then id) that
+        does not depend on the number of ranks."""
+        if self.outdir is None or n_left == 0:
+            self._esc_local = []
             return
         parts = self._esc_local
         self._esc_local = []
