@@ -36,8 +36,8 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     for _ in range(2):
         sim.step()
     sim.timers = dict.fromkeys(PARTS, 0.0)
-    gpu = getattr(sim.orbits, "stats", None)
-    if gpu is not None:
+    gpu = None
+    if cfg.run.orbit_backend != "cpu":  # (numba's CPU dispatcher has a 'stats' of its own)
         from physics.orbits_gpu import TransferStats
 
         sim.orbits.stats = gpu = TransferStats()
