@@ -388,12 +388,17 @@ def cmd_ic(args) -> int:
     stars, info = build_initial_stars(cfg)
     setup_logging(0)
     if args.format == "cosmic":
-        from cmc.cosmic import in_nbody_units, write_cosmic
+        from cmc.cosmic import in_nbody_units, main_sequence_types, write_cosmic
         from cmc.initial import to_henon_units
 
         if not in_nbody_units(stars):
             # a snapshot of a run (mass lost, energy changed): CMC needs N-body units
             to_henon_units(stars, str(args.input or args.model))
+        if args.model != "file":
+            # a model drawn here has no stellar types yet: main-sequence stars as COSMIC's
+            # sampler types them (BSE k = 0 up to 0.7 Msun, 1 above), for CMC's stellar
+            # evolution
+            main_sequence_types(stars)
         m_unit, length_pc, _ = physical_scale(cfg, info, float(np.sum(stars["m"])))
         write_cosmic(out, stars, float(np.sum(stars["m"])) * m_unit, length_pc,
                      r_tidal=float(info.get("r_tidal", 0.0)),

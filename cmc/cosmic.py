@@ -225,6 +225,24 @@ def in_nbody_units(stars: dict[str, np.ndarray]) -> bool:
             and abs(pe + 0.5) <= NBODY_TOL)
 
 
+#: COSMIC's sampler types main-sequence stars above this mass [Msun] as BSE k = 1, below as 0.
+MS_TYPE_MASS = 0.7
+
+
+def main_sequence_types(stars: dict[str, np.ndarray]) -> None:
+    """Stellar types of a model drawn without stellar evolution, as COSMIC's sampler sets them
+    (``set_kstar``): BSE k = 0 for main-sequence stars up to 0.7 Msun, 1 above; for binaries
+    the object by its total mass and each member by its own."""
+    k = np.where(np.asarray(stars["m_msun"]) > MS_TYPE_MASS, 1, 0).astype(np.int32)
+    stars["startype"] = k
+    if "bin_a" in stars:
+        b = np.asarray(stars["binind"]) >= 0
+        for mem in ("1", "2"):
+            col = np.asarray(stars[f"bin_startype{mem}"]).copy()
+            col[b] = np.where(stars[f"bin_m{mem}_msun"][b] > MS_TYPE_MASS, 1, 0)
+            stars[f"bin_startype{mem}"] = col.astype(np.int32)
+
+
 def write_cosmic(path: str | os.PathLike, stars: dict[str, np.ndarray], m_total_msun: float,
                  r_vir_pc: float, r_tidal: float = 0.0, metallicity: float = 0.02) -> None:
     """Write stars in N-body units as COSMIC's ``InitialCMCTable.write`` would (atomically).

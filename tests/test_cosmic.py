@@ -165,6 +165,11 @@ def test_our_models_written_for_cosmic(tmp_path):
     np.testing.assert_allclose(got["m_msun"], ref["m_msun"], rtol=1e-12)
     b = ref["binind"] >= 0
     assert np.array_equal(got["bin_a"][b], ref["bin_a"][b])
+    # main-sequence types as COSMIC's sampler sets them: k = 0 up to 0.7 Msun, 1 above
+    np.testing.assert_array_equal(got["startype"], np.where(got["m_msun"] > 0.7, 1, 0))
+    np.testing.assert_array_equal(got["bin_startype1"][b],
+                                  np.where(got["bin_m1_msun"][b] > 0.7, 1, 0))
+    assert 0 < np.count_nonzero(got["startype"] == 1) < got["startype"].size
     assert ginfo["unit_length_pc"] == 3.0
     np.testing.assert_allclose(ginfo["r_tidal"], info["r_tidal"], rtol=1e-15)
 
