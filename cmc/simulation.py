@@ -101,7 +101,12 @@ DIAG_UNITS = {
     "bound_violations": "stars per step", "beta_mean": "rad", "beta_capped": "pairs per step",
     "n_escaped_step": "objects per step", "n_binary_pairs": "pairs per step",
     "n_p_over_1": "pairs per step", "r_max": "r_vir", "v0_rms": "v_NB", "rc_spitzer": "r_vir",
+    "dt_tcross": "1",
 }
+#: A step shorter than this fraction of the central crossing time is warned about (once): an
+#: equal-mass Plummer model keeps dt_tcross > 1.1 up to its core collapse (N_core = 100), a
+#: King W0 = 3 model with Salpeter 0.2-120 Msun at N = 5000 starts at 0.25-0.5 (docs/method.md).
+DT_TCROSS_WARN = 0.5
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
 #: that count events).
 EVENT_COUNTS = enc.COUNT_NAMES[:9] + ("n_ejected",)
@@ -185,6 +190,7 @@ class Simulation:
         self._signal = 0
         self._n_p1 = 0
         self._p1_warned = False
+        self._tcross_warned = False
         self._wall_start = time.monotonic()
         self._wall_at_start = state.wall_seconds
         self._last_checkpoint = time.monotonic()
@@ -577,6 +583,16 @@ class Simulation:
                              binaries=(float(red[9]), float(red[10])),
                              central_v2=float(central_v2))
         self.timers["diagnostics"] += time.perf_counter() - t6
+        if 0.0 < d["dt_tcross"] < DT_TCROSS_WARN and not self._tcross_warned:
+            self._tcross_warned = True
+            log.warning("step %d: the time step is %.2g of the central crossing time (column "
+                        "dt_tcross): a few stars carry the central mass (heavy stars of a mass "
+                        "spectrum at small N, or a core of few stars), and the orbit step redraws "
+                        "their radii several times per orbit.  The potential jumps "
+                        "this causes heat and unbind light stars per step, not per unit time "
+                        "(E_deficit, unbound escapers); results at this N and mass range are "
+                        "not converged (docs/method.md, 'Few stars carrying the central mass')",
+                        st.step, d["dt_tcross"])
         return d
 
     # ------------------------------------------------------------------ escaper table
@@ -986,6 +1002,11 @@ class Simulation:
                 **dict.fromkeys(EVENT_COUNTS, 0.0)}
         base.update(extra or {})
         d.update(base)
+        # the step over the central crossing time r_c / v0_rms (both N-body units; 0 before
+        # the first step): below 1 the orbit step redraws the central orbits' phases several
+        # times per orbit (docs/method.md, "Few stars carrying the central mass")
+        t_cross_c = r_c / v0_rms if v0_rms > 0.0 else 0.0
+        d["dt_tcross"] = base["dt"] * unit_nb / t_cross_c if t_cross_c > 0.0 else 0.0
         if record:
             for key, v in d.items():
                 self.history.setdefault(key, []).append(v)
@@ -1275,6 +1296,8 @@ DIAG_MEANINGS = {
     "r_max": "radius of the outermost object", "v0_rms": "rms speed of the central 300 "
     "objects (CMC's central.v_rms)", "rc_spitzer": "Spitzer core radius sqrt(3 v0_rms^2 / "
     "(4 pi rho_c))",
+    "dt_tcross": "time step over the central crossing time r_c / v0_rms (N-body units); "
+    "below 1 the orbit step redraws the central orbits several times per crossing",
 }
 for _name in EVENT_COUNTS:
     DIAG_MEANINGS.setdefault(_name, f"events of the step: {_name[2:].replace('_', ' ')}")

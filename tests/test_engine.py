@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cmc.config import load_config
-from cmc.simulation import Simulation
+from cmc.simulation import DT_TCROSS_WARN, Simulation
 from parallel.comm import SerialComm
 from physics.structure import core_properties, core_properties_reference, lagrange_radii
 
@@ -268,3 +268,29 @@ def test_escaper_table_accounts_for_every_escaper(tmp_path):
     # binaries leave with their internals
     b = esc["binind"] >= 0
     np.testing.assert_allclose(esc["bin_m1"][b] + esc["bin_m2"][b], esc["m"][b], rtol=1e-12)
+
+
+def test_time_step_against_central_crossing_time(caplog):
+    """dt_tcross: the step over r_c / v0_rms.  An equal-mass King model steps over many
+    crossing times (orbit averaging holds); with Salpeter 0.2-120 Msun at N = 5000 the
+    heaviest stars carry percent of the central mass, the step drops below one crossing time
+    and the run warns (docs/method.md, "Few stars carrying the central mass")."""
+    king = dict(initial__model="king", initial__w0=3, initial__n=5000, initial__seed=1,
+                run__gamma=0.01)
+    sim = make_sim(**king)
+    with caplog.at_level("WARNING", logger="cmc.simulation"):
+        ratios = [sim.step()["dt_tcross"] for _ in range(5)]
+    assert min(ratios) > 5.0
+    assert "central crossing time" not in caplog.text
+    # the same ratio from its definition: dt in N-body units over r_c / v0_rms
+    d = sim.last
+    assert d["dt_tcross"] == pytest.approx(
+        d["dt"] * sim.state.n0 / sim.state.lnl0 * d["v0_rms"] / d["r_c"], rel=1e-12)
+    sim = make_sim(**king, initial__mass_function="power_law", initial__alpha=2.35,
+                   initial__m_min=0.2, initial__m_max=120)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cmc.simulation"):
+        ratios = [sim.step()["dt_tcross"] for _ in range(5)]
+    assert max(ratios) < 1.0
+    assert min(ratios) < DT_TCROSS_WARN
+    assert caplog.text.count("central crossing time") == 1  # once per run
