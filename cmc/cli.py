@@ -207,12 +207,9 @@ def cmd_run(args) -> int:
     if args.overwrite and args.resume:
         raise InputError("--overwrite and --resume exclude each other")
     try:
-        if str(args.config).lower().endswith(".fits"):
-            # a COSMIC file in FITS: say what to do instead of "not a text (INI) file"
-            cfg = load_config(None, ["initial.model=file", f"initial.file={args.config}"])
-            from cmc.initial import build_initial_stars
+        from cmc.cosmic import refuse_fits
 
-            build_initial_stars(cfg)
+        refuse_fits(args.config)  # rather than "not a text (INI) file"
         if _is_hdf5(args.config):
             # an initial-conditions file (ours or COSMIC's) run with the default parameters
             import h5py

@@ -56,6 +56,14 @@ R_LAST = 1e40
 NBODY_TOL = 1e-6
 
 
+def refuse_fits(path: str | os.PathLike) -> None:
+    """Raise :class:`InputError` for a COSMIC table written as FITS (not read: say how to
+    write it as HDF5)."""
+    if str(path).lower().endswith(".fits"):
+        raise InputError(f"{path}: COSMIC's FITS files are not read; write the tables as HDF5 "
+                         "(InitialCMCTable.write(singles, binaries, filename='x.hdf5'))")
+
+
 def is_cosmic_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an HDF5 file with COSMIC's CMC tables (false for anything else)."""
     try:
@@ -211,11 +219,10 @@ def nbody_energies(r: np.ndarray, vr: np.ndarray, vt: np.ndarray,
                    m: np.ndarray) -> tuple[float, float]:
     """Kinetic and potential energy as COSMIC and CMC define them for N-body scaling (sorted
     radii; a star's potential counts the mass inside and at its own radius)."""
-    mcum = np.cumsum(m)
-    r_next = np.append(r[1:], np.inf)
-    ke = 0.5 * float(np.sum(m * (vr ** 2 + vt ** 2)))
-    pe = -0.5 * float(np.sum(m[::-1] * np.cumsum((mcum * (1.0 / r - 1.0 / r_next))[::-1])))
-    return ke, pe
+    from physics.potential import compute_potential
+
+    phi, _ = compute_potential(r, m)  # at each star, its own shell included (as CMC's)
+    return 0.5 * float(np.sum(m * (vr ** 2 + vt ** 2))), 0.5 * float(np.sum(m * phi))
 
 
 def in_nbody_units(stars: dict[str, np.ndarray]) -> bool:

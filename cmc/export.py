@@ -172,13 +172,14 @@ def conv_sh(units: Units, prefix: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(header: str, names: list[str], columns: list[np.ndarray], hash_style: str = ":"
-           ) -> str:
-    """CMC's text table: a comment line, the numbered column names, one row per line."""
-    head = " ".join(f"#{i + 1}{hash_style}{name}" for i, name in enumerate(names))
+def _table(header: str, names: list[str], columns: list[np.ndarray],
+           heads: list[str] | None = None) -> str:
+    """CMC's text table: a comment line, the numbered column names (``heads``, default
+    ``#1:name``), one row per line."""
+    heads = heads or [f"#{i + 1}:{name}" for i, name in enumerate(names)]
     body = np.column_stack(columns) if columns and len(columns[0]) else np.zeros((0, len(names)))
     rows = "\n".join(" ".join(f"{v:.8g}" for v in row) for row in body)
-    return f"# {header}\n{head}\n" + (rows + "\n" if rows else "")
+    return f"# {header}\n{' '.join(heads)}\n" + (rows + "\n" if rows else "")
 
 
 def dyn_dat(d: dict[str, np.ndarray]) -> str:
@@ -205,11 +206,10 @@ def dyn_dat(d: dict[str, np.ndarray]) -> str:
     }
     names = [c[0] for c in DYN_COLUMNS]
     # CMC numbers the last three columns with a dot (#26.DMse(MSUN)); scripts split on '#'
-    head = " ".join(f"#{i + 1}:{nm}" if i < 25 else f"#{i + 1}.{nm}" + ("(MSUN)" if i < 27
-                    else "") for i, nm in enumerate(names))
-    body = np.column_stack([values[nm] for nm in names])
-    rows = "\n".join(" ".join(f"{v:.8g}" for v in row) for row in body)
-    return "# Dynamical information [code units]\n" + head + "\n" + (rows + "\n" if n else "")
+    heads = [f"#{i + 1}:{nm}" if i < 25 else f"#{i + 1}.{nm}" + ("(MSUN)" if i < 27 else "")
+             for i, nm in enumerate(names)]
+    return _table("Dynamical information [code units]", names, [values[nm] for nm in names],
+                  heads)
 
 
 def lagrad_dat(d: dict[str, np.ndarray], fractions) -> str:
@@ -234,7 +234,7 @@ def _binary_view(s: dict[str, np.ndarray], units: Units) -> dict[str, np.ndarray
             out[b] = np.asarray(s[name], dtype=float)[b]
         return out
 
-    a_au = pick("bin_a") if has else na.copy()
+    a_au = pick("bin_a")
     a_au[b] *= units.length_pc * c["au_per_pc"]
     m0, m1 = pick("bin_m1_msun"), pick("bin_m2_msun")
     tb = na.copy()

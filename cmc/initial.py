@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from cmc.config import Config
-from cmc.cosmic import is_cosmic_file
+from cmc.cosmic import is_cosmic_file, refuse_fits
 from cmc.errors import InputError
 from cmc.io import read_snapshot, validate_stars
 from parallel.streams import Streams
@@ -32,9 +32,8 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
         ``n``, ``model``, ``r_tidal`` (Hénon length, 0 for untruncated models), ``m_total_msun``.
     """
     ini = cfg.initial
-    if ini.model == "file" and str(ini.file).lower().endswith(".fits"):
-        raise InputError(f"{ini.file}: COSMIC's FITS files are not read; write the tables as "
-                         "HDF5 (InitialCMCTable.write(singles, binaries, filename='x.hdf5'))")
+    if ini.model == "file":
+        refuse_fits(ini.file)
     if ini.model == "file" and is_cosmic_file(ini.file):
         return _cosmic_stars(cfg)
     if ini.model == "file":

@@ -474,15 +474,13 @@ class Simulation:
         esc = status != ORBIT_OK
         # the leaving rows only (few): m (phi + v^2/2), tidal ones apart from the others
         leave = np.flatnonzero(esc)
-        if leave.size:
-            self._note_escapers(
-                stars.take(leave).as_dict(), self.r_all[gidx[leave]],
-                phi_oo[leave] + 0.5 * (stars.vr[leave] ** 2 + stars.vt[leave] ** 2),
-                np.where(status[leave] == ORBIT_ESCAPED_TIDAL, ESCAPE_TIDAL, ESCAPE_UNBOUND))
         m_leave = stars.m[leave]
-        e_leave = m_leave * (phi_oo[leave] + 0.5 * (stars.vr[leave] ** 2
-                                                    + stars.vt[leave] ** 2))
+        e_spec_leave = phi_oo[leave] + 0.5 * (stars.vr[leave] ** 2 + stars.vt[leave] ** 2)
+        e_leave = m_leave * e_spec_leave
         strip = status[leave] == ORBIT_ESCAPED_TIDAL
+        if leave.size:
+            self._note_escapers(stars.take(leave).as_dict(), self.r_all[gidx[leave]],
+                                e_spec_leave, np.where(strip, ESCAPE_TIDAL, ESCAPE_UNBOUND))
         e_esc = float(np.sum(e_leave[~strip]))
         m_esc = float(np.sum(m_leave[~strip]))
         n_esc = int(np.count_nonzero(~strip))
