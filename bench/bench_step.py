@@ -5,11 +5,22 @@ in this process (``mpiexec -n P python bench/bench_step.py ...`` for P ranks) an
 line; the optional overrides change the model (e.g. ``initial.binary_fraction=0.1``, or
 ``run.orbit_backend=gpu`` for new orbits on a CUDA device).  With the GPU back end the line
 also holds the device's name and the orbit kernel's host<->device transfer time and bytes.
+
+``python bench/bench_step.py collapse CHECKPOINT STEPS THREADS`` times steps continued from a
+checkpoint (deep in core collapse: :func:`bench.run_bench.collapse_checkpoint` makes one).
+
+Besides the per-part times (the slowest rank's; "wait" is the time ranks wait for each other
+at a barrier put before the step's two large collectives, i.e. load imbalance), the line holds
+what each rank sends per step, counted by :class:`parallel.comm.CountingComm` over a few
+further steps (messages = collective calls; bytes = payload this rank contributes), and the
+memory per star: the peak resident memory less the memory of the process with every kernel
+loaded (a small warm-up run first), summed over ranks, over N.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -18,23 +29,57 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _rss_now() -> int:
+    """Current resident memory of this process [bytes]."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _warm(comm, overrides: list[str], n: int) -> int:
+    """Run a small model (loads every kernel) and return the resident memory after it."""
+    from cmc.config import load_config
+    from cmc.simulation import Simulation
+
+    cfg = load_config(None, [f"initial.n={n}", "initial.seed=1", *overrides])
+    sim = Simulation.create(cfg, comm)
+    for _ in range(2):
+        sim.step()
+    del sim
+    import gc
+
+    gc.collect()
+    return _rss_now()
+
+
 def bench_step(n: int, steps: int, threads: int, comm=None,
-               overrides: list[str] | None = None) -> dict:
+               overrides: list[str] | None = None, checkpoint: str | None = None,
+               counted_steps: int = 3) -> dict:
     import numba
 
     from cmc.config import load_config
     from cmc.simulation import PARTS, Simulation
-    from parallel.comm import get_world_comm
+    from parallel.comm import CountingComm, get_world_comm
 
     comm = comm or get_world_comm()
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    cfg = load_config(None, [f"initial.n={n}", "initial.seed=1", f"run.max_steps={steps}",
-                             *(overrides or [])])
-    sim = Simulation.create(cfg, comm)
+    if checkpoint is None:
+        rss0 = _warm(comm, overrides or [], min(n, 2000))
+        cfg = load_config(None, [f"initial.n={n}", "initial.seed=1",
+                                 f"run.max_steps={steps}", *(overrides or [])])
+        sim = Simulation.create(cfg, comm)
+    else:  # go on from a checkpoint, whatever stopped it
+        rss0 = _rss_now()
+        sim = Simulation.from_checkpoint(checkpoint, comm, overrides=[
+            "run.n_core_stop=0", "run.rc_stop_fraction=0", "run.t_max=1e9",
+            "run.max_steps=1000000000", *(overrides or [])])
+        cfg = sim.cfg
+        n = sim.n_total
+    sim.measure_wait = True
     # warm up (compilation is cached, but the first call still loads it; a GPU kernel
     # compiles at its first launch)
     for _ in range(2):
         sim.step()
+    dt0 = sim.last.get("dt", float("nan"))
     sim.timers = dict.fromkeys(PARTS, 0.0)
     gpu = None
     if cfg.run.orbit_backend != "cpu":  # (numba's CPU dispatcher has a 'stats' of its own)
@@ -48,8 +93,15 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     comm.Barrier()
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    timers = comm.gather(sim.timers, root=0)
-    rss_all = comm.gather(rss, root=0)
+    timers = comm.gather(dict(sim.timers), root=0)
+    rss_all = comm.gather((rss, rss0), root=0)
+    # what travels: a few more steps through a counting communicator
+    counter = CountingComm(sim.comm)
+    sim.comm = counter
+    for _ in range(counted_steps):
+        sim.step()
+    sim.comm = counter._comm
+    sent = comm.gather(counter.counts, root=0)
     if comm.Get_rank() != 0:
         return {}
     per = {p: max(t[p] for t in timers) / (steps * n) * 1e6 for p in PARTS}
@@ -57,12 +109,21 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     events = {k: float(sum(hist[k][-steps:])) for k in ("n_binary_single", "n_binary_binary",
                                                          "n_three_body", "n_wide_broken")
               if k in hist}
+    msgs = [sum(c[0] for c in r.values()) / counted_steps for r in sent]
+    nbytes = [sum(c[1] for c in r.values()) / counted_steps for r in sent]
     out = {"N": n, "ranks": comm.Get_size(), "threads": threads, "steps": steps,
            "overrides": overrides or [], "events": events,
+           "checkpoint": checkpoint, "dt": dt0,
            "orbit_backend": cfg.run.orbit_backend,
            "encounters_s_per_rank": [t["encounters"] for t in timers],
            "us_per_star_step": wall / (steps * n) * 1e6, "parts_us_per_star": per,
-           "max_rss_bytes_per_star": max(rss_all) / n}
+           "ms_per_step": wall / steps * 1e3,
+           "max_rss_bytes_per_star": max(r for r, _ in rss_all) / n,
+           "bytes_per_star": sum(r - r0 for r, r0 in rss_all) / n,
+           "messages_per_step_per_rank": max(msgs),
+           "bytes_sent_per_step_per_rank": max(nbytes),
+           "sent_by_method_rank0": {k: [v[0] / counted_steps, v[1] / counted_steps]
+                                    for k, v in sent[0].items()}}
     if gpu is not None:
         out["device"] = sim.orbits.device
         out["gpu_us_per_star"] = {
@@ -126,6 +187,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "orbits":
         n, reps = int(sys.argv[2]), int(sys.argv[3])
         out = bench_orbit_kernel(n, reps, sys.argv[4])
+    elif sys.argv[1] == "collapse":
+        steps, threads = int(sys.argv[3]), int(sys.argv[4])
+        out = bench_step(0, steps, threads, overrides=sys.argv[5:], checkpoint=sys.argv[2])
     else:
         n, steps, threads = (int(x) for x in sys.argv[1:4])
         out = bench_step(n, steps, threads, overrides=sys.argv[4:])

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,7 @@ _ROWS = [("t(r_c < 0.1 r_c0) / t_rh0", "C code 17.0-17.8 (1e4-3e4), 16.6 (1e5)",
          ("mass lost", "a few % at most (paper <~1 %)", "mass_lost_fraction"),
          ("d ln rho_c / d ln r_c (r_c < 0.1 r_c0)", "about -2.2", "slope_rho_c_vs_r_c"),
          ("end of run / t_rh0", "", "t_end_trh"), ("steps", "", "steps"),
+         ("wall time [s] (one run, threads)", "", "wall_s"),
          ("stop reason", "", "stop_reason"),
          ("rejection-bound violations", "0 ideally", "bound_violations")]
 
@@ -76,8 +78,12 @@ def write_report(results: list[dict]) -> Path:
     A summary per N (mean and range over seeds), then every run.
     """
     docs = ROOT / "docs"
-    ns = sorted({r["N"] for r in results})
-    by_n = {n: [r for r in results if r["N"] == n] for n in ns}
+
+    def group(r: dict) -> tuple[int, float]:
+        return r["N"], float(r.get("theta_max", 1.0))
+
+    ns = sorted({group(r) for r in results})
+    by_n = {g: [r for r in results if group(r) == g] for g in ns}
     lines = ["# Validation: Plummer models to core collapse", "",
              "Made by `make validate` (bench/validate.py); plots: `validation_N*.png`.", "",
              "Scattering experiments of the few-body engine (exchange cross sections, Heggie's "
@@ -87,36 +93,45 @@ def write_report(results: list[dict]) -> Path:
              "[validation_binaries.md](validation_binaries.md).  Tidal field and mass spectrum "
              "(dissolution against N, mass segregation and early collapse): "
              "[validation_tidal.md](validation_tidal.md).", "",
+             "Runs at theta_max = 1.0 and 1.412 (CMC-COSMIC's THETASEMAX, the default since "
+             "issue 16): `python bench/validate.py N --seeds ... --theta-max 1.412`; the choice "
+             "is discussed in [performance.md](performance.md#time-to-solution).", "",
              "## Summary: mean [min, max] over seeds", "",
              "| quantity | target | " + " | ".join(
-                 f"N = {n:.0e} ({len(by_n[n])} seed{'s' if len(by_n[n]) > 1 else ''})"
-                 for n in ns) + " |",
+                 f"N = {n:.0e}, theta_max {th:g} ({len(by_n[n, th])} "
+                 f"seed{'s' if len(by_n[n, th]) > 1 else ''})"
+                 for n, th in ns) + " |",
              "|---|---|" + "---|" * len(ns)]
     for label, target, key in _ROWS:
         if key == "stop_reason":
             continue
         cells = []
-        for n in ns:
-            v = np.array([float(r[key]) for r in by_n[n]])
+        for g in ns:
+            v = np.array([float(r.get(key, np.nan)) for r in by_n[g]])
             cells.append(_cell(float(v[0])) if v.size == 1 else
                          f"{v.mean():.4g} [{v.min():.4g}, {v.max():.4g}]")
         lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
     lines += ["", "## Every run", "",
-              "| quantity | " + " | ".join(f"N = {r['N']:.0e}, seed {r.get('seed', 1)}"
+              "| quantity | " + " | ".join(f"N = {r['N']:.0e}, seed {r.get('seed', 1)}, "
+                                          f"theta_max {r.get('theta_max', 1.0):g}"
                                           for r in results) + " |",
               "|---|" + "---|" * len(results)]
     for label, _target, key in _ROWS:
-        lines.append(f"| {label} | " + " | ".join(_cell(r[key]) for r in results) + " |")
+        lines.append(f"| {label} | " + " | ".join(_cell(r.get(key, "")) for r in results)
+                     + " |")
     path = docs / "validation.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def main(ns: list[int], resume: bool = False, threads: int = 0,
-         seeds: tuple[int, ...] = (1,)) -> None:
+         seeds: tuple[int, ...] = (1,), theta_max: float | None = None) -> None:
+    """Run (or resume, or re-analyse) each (N, seed); ``theta_max`` overrides the example's
+    1.0 (results then carry a ``_theta<value>`` tag and their own summary column)."""
     results = []
     for n, seed in [(n, s) for n in ns for s in seeds]:
-        tag = f"N{n}" + (f"_seed{seed}" if seed != 1 else "")
+        tag = (f"N{n}" + (f"_seed{seed}" if seed != 1 else "")
+               + (f"_theta{theta_max:g}" if theta_max not in (None, 1.0) else ""))
         out = ROOT / "runs" / f"validate_{tag}"
         from cmc.rundir import run_status
 
@@ -134,17 +149,27 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
                    "--set", "run.t_max=30",
                    "--set", f"run.threads={threads}",
                    "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
+            if theta_max is not None:
+                cmd += ["--set", f"run.theta_max={theta_max}"]
+        wall = None
         if cmd is not None:
+            t0 = time.perf_counter()
             subprocess.run(cmd, check=True)
+            wall = time.perf_counter() - t0
         subprocess.run([sys.executable, "-m", "cmc.cli", "plot", str(out)], check=True)
         res = analyse(out)
         res["seed"] = seed
+        res["theta_max"] = 1.0 if theta_max is None else theta_max
+        if wall is not None and status == "empty":  # a whole run in one go: its wall time
+            res["wall_s"] = wall
+            res["threads"] = threads
         results.append(res)
         docs = ROOT / "docs"
         docs.mkdir(exist_ok=True)
         (docs / f"validation_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
         shutil.copy(out / "evolution.png", docs / f"validation_{tag}.png")
-    write_report(sorted(_all_results(), key=lambda r: (r["N"], r.get("seed", 1))))
+    write_report(sorted(_all_results(), key=lambda r: (r["N"], r.get("theta_max", 1.0),
+                                                        r.get("seed", 1))))
     keys = list(results[0])
     print(" | ".join(keys))
     for r in results:
@@ -161,6 +186,8 @@ if __name__ == "__main__":
                     help="continue runs/validate_N*/ from their checkpoints")
     ap.add_argument("--threads", type=int, default=0, help="numba threads (0: all cores)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1], help="seeds to run for each N")
+    ap.add_argument("--theta-max", type=float, default=None,
+                    help="run.theta_max (default: the example's 1.0)")
     a = ap.parse_args()
     main([int(x) for x in a.n] or [10000, 100000], resume=a.resume, threads=a.threads,
-         seeds=tuple(a.seeds))
+         seeds=tuple(a.seeds), theta_max=a.theta_max)

@@ -78,7 +78,7 @@ log = logging.getLogger("cmc.simulation")
 #: Stream index reserved for sampling initial conditions (far from any rank's stream).
 IC_STREAM = 2**30
 PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
-         "diagnostics")
+         "diagnostics", "wait")
 #: A cluster with fewer objects has dissolved (the step needs a few 20-star blocks).
 MIN_OBJECTS = 40
 #: Stars of the centre over which the binary time scales are averaged (the paper: 300).
@@ -186,6 +186,9 @@ class Simulation:
         #: the latest recorded diagnostics row (``history`` may hold only unflushed rows)
         self.last: dict = {k: v[-1] for k, v in self.history.items()}
         self.timers = dict.fromkeys(PARTS, 0.0)
+        #: (bench) a barrier before the step's two large collectives, its time booked as
+        #: "wait": the ranks' load imbalance, apart from the parts' own cost
+        self.measure_wait = False
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=float)
         self._signal = 0
         self._n_p1 = 0
@@ -448,6 +451,10 @@ class Simulation:
                         float(st.n0), coulomb_ratio, beta_stats)
         t3 = time.perf_counter()
         self.timers["relaxation"] += t3 - t2
+        if self.measure_wait:
+            self.comm.Barrier()
+            t3, t2 = time.perf_counter(), t3
+            self.timers["wait"] += t3 - t2
         if slots is not None:  # the products' masses into the potential (collective)
             self._update_slot_masses(slots, slot_mass)
         # unbound objects leave before the orbits are drawn (collective)
@@ -502,6 +509,10 @@ class Simulation:
             stars = stars.take(~esc)
         t4 = time.perf_counter()
         self.timers["orbits"] += t4 - t3
+        if self.measure_wait:
+            self.comm.Barrier()
+            t4, t3 = time.perf_counter(), t4
+            self.timers["wait"] += t4 - t3
         # 5. sort, redistribute, synchronise replicated arrays, new potential
         sorted_fields = parallel_sort(self.comm, stars.as_dict(), key="r", tiebreak="id",
                                       sample_size=cfg.sample_size or None)

@@ -28,6 +28,7 @@ __all__ = [
     "allreduce_max",
     "exscan_sum",
     "allgatherv_array",
+    "CountingComm",
 ]
 
 
@@ -399,3 +400,74 @@ def allgatherv_array(comm: Any, local: np.ndarray) -> np.ndarray:
         [out.reshape(-1).view(np.uint8), (counts, displs), MPI.BYTE],
     )
     return out
+
+
+def _spec_bytes(spec: Any, own: int | None = None) -> int:
+    """Bytes a buffer specification sends: all its per-rank counts but rank ``own``'s (what
+    stays in the process), or the whole buffer."""
+    if isinstance(spec, (list, tuple)):
+        buf, rest = spec[0], list(spec[1:])
+    else:
+        buf, rest = spec, []
+    arr = np.asarray(buf)
+    for x in rest:
+        counts = x[0] if isinstance(x, tuple) and len(x) == 2 else x
+        if isinstance(counts, (np.ndarray, list)):
+            counts = np.asarray(counts, dtype=np.int64)
+            total = int(counts.sum()) - (int(counts[own]) if own is not None else 0)
+            return total * arr.itemsize
+    return int(arr.nbytes)
+
+
+class CountingComm:
+    """A communicator that counts what this rank sends: calls and payload bytes per method.
+
+    Wraps an mpi4py intracommunicator (or :class:`SerialComm`) and forwards every call; for
+    :mod:`make bench <bench.run_bench>` (measured bytes and messages per step, not estimates).
+    Payload is what this rank contributes to a collective: its send buffer (buffer methods;
+    for ``Alltoallv``/``Allgatherv`` the counts it sends) or the pickled object (lower-case
+    methods).  ``counts`` maps method name to ``[calls, bytes]``.
+    """
+
+    _SENDERS = {"Allreduce": 0, "Reduce": 0, "Allgather": 0, "Allgatherv": 0, "Gather": 0,
+                "Gatherv": 0, "Alltoall": 0, "Alltoallv": 0, "Exscan": 0, "Scan": 0,
+                "Bcast": 0, "bcast": 0, "allreduce": 0, "reduce": 0, "allgather": 0,
+                "gather": 0, "scatter": 0, "alltoall": 0, "exscan": 0, "scan": 0, "Barrier": -1}
+
+    def __init__(self, comm: Any):
+        self._comm = comm
+        self.counts: dict[str, list[int]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._comm, name)
+        if name not in self._SENDERS:
+            return attr
+
+        def counted(*args, **kwargs):
+            import pickle
+
+            if name == "Barrier" or not args:
+                size = 0
+            elif name == "Alltoallv":
+                size = _spec_bytes(args[0], own=self._comm.Get_rank())
+            elif name == "Alltoall":  # equal pieces, one stays
+                size = _spec_bytes(args[0]) * (self._comm.Get_size() - 1) \
+                    // max(self._comm.Get_size(), 1)
+            elif name[0].isupper():
+                size = _spec_bytes(args[0])
+            else:
+                size = len(pickle.dumps(args[0], protocol=pickle.HIGHEST_PROTOCOL))
+            c = self.counts.setdefault(name, [0, 0])
+            c[0] += 1
+            c[1] += size
+            return attr(*args, **kwargs)
+
+        return counted
+
+    def reset(self) -> None:
+        self.counts = {}
+
+    def totals(self) -> tuple[int, int]:
+        """(calls, bytes) over all methods."""
+        return (sum(c[0] for c in self.counts.values()),
+                sum(c[1] for c in self.counts.values()))

@@ -343,3 +343,33 @@ def test_parallel_sort_serial_errors():
         parallel_sort(SerialComm(), stars, sample_size=0)
     with pytest.raises(ValueError):
         redistribute_to_blocks(SerialComm(), stars, chunk=-1)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("case", ["unique", "ties", "constant", "no_tiebreak", "int_keys"])
+def test_local_order_threads(threads, case):
+    """The threaded local sort gives exactly lexsort's permutation for any thread count."""
+    import numba
+
+    from parallel.sample_sort import THREADED_SORT_MIN, _local_order
+
+    rng = np.random.default_rng(5)
+    n = THREADED_SORT_MIN + 12345
+    key = rng.pareto(2.0, n)
+    if case == "ties":
+        key = np.round(key, 2)
+    elif case == "constant":
+        key = np.full(n, 0.5)
+    elif case == "int_keys":
+        key = rng.integers(0, 100, n)
+    tb = None if case == "no_tiebreak" else rng.permutation(n).astype(np.int64)
+    if case == "no_tiebreak":
+        key = np.round(key, 1)
+    expect = np.lexsort((np.arange(n) if tb is None else tb, key))
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = _local_order(key, tb)
+    finally:
+        numba.set_num_threads(old)
+    assert np.array_equal(got, expect)

@@ -1,0 +1,49 @@
+"""The counting communicator of ``make bench`` counts what ranks really send (any P)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parallel.comm import CountingComm, allgatherv_array, allreduce_sum
+from parallel.sample_sort import parallel_sort
+
+
+def test_counts_match_payload(on_subcomms):
+    def fn(comm):
+        c = CountingComm(comm)
+        p, rank = comm.Get_size(), comm.Get_rank()
+        allreduce_sum(c, np.arange(5.0))  # 5 float64 = 40 bytes from every rank
+        allgatherv_array(c, np.ones(rank + 1))  # (rank + 1) float64, plus the sizes
+        # Alltoallv through the sort: bytes sent to other ranks = what they receive from us
+        n = 50 + 7 * rank
+        rng = np.random.default_rng(rank)
+        fields = {"r": rng.random(n), "id": np.arange(n, dtype=np.int64) + 1000 * rank}
+        before = {k: list(v) for k, v in c.counts.items()}
+        parallel_sort(c, fields)
+        sorted_counts = {k: list(v) for k, v in c.counts.items()}
+        if p > 1:  # an explicit exchange: j + 1 bytes to rank j; the own piece stays
+            from mpi4py import MPI
+
+            cnt = np.arange(1, p + 1, dtype=np.int64)
+            dsp = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+            rcnt = np.full(p, rank + 1, dtype=np.int64)
+            rdsp = np.arange(p, dtype=np.int64) * (rank + 1)
+            c.reset()
+            c.Alltoallv([np.zeros(int(cnt.sum()), np.uint8), (cnt, dsp), MPI.BYTE],
+                        [np.zeros(int(rcnt.sum()), np.uint8), (rcnt, rdsp), MPI.BYTE])
+        return (sorted_counts, before, p, rank, dict(c.counts))
+
+    for outcomes in on_subcomms(fn).values():
+        assert all(o[0] == "ok" for o in outcomes), outcomes
+        for _, (counts, before, size, rank, _) in outcomes:
+            if size == 1:  # the serial fast paths send nothing
+                assert "Allreduce" not in counts and "Alltoallv" not in counts
+                continue
+            assert counts["Allreduce"][0] >= 1
+            assert before["Allreduce"] == [1, 40]
+            assert before["Allgatherv"] == [1, 8 * (rank + 1)]
+            assert counts["Alltoallv"][0] == 2  # sample sort, then redistribution
+            # 16-byte records (r, id): everything a rank sent went to the other ranks
+            assert counts["Alltoallv"][1] % 16 == 0
+            expect = sum(j + 1 for j in range(size) if j != rank)
+            assert outcomes[rank][1][4]["Alltoallv"] == [1, expect]
