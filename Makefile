@@ -39,6 +39,7 @@ test-mpi: install
 
 bench: install
 	$(PY) bench/run_bench.py $(BENCH_ARGS)
+	$(PY) bench/perf_model.py
 	$(PY) bench/bench_fewbody.py $(BENCH_ARGS)
 	$(PY) bench/bench_binaries.py $(BENCH_ARGS)
 	$(PY) bench/bench_output.py $(BENCH_ARGS)

@@ -59,9 +59,11 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     from cmc.config import load_config
     from cmc.simulation import PARTS, Simulation
     from parallel.comm import CountingComm, get_world_comm
+    from parallel.memory import keep_freed_memory
 
     comm = comm or get_world_comm()
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    keep_freed_memory()  # as the CLI does
     if checkpoint is None:
         rss0 = _warm(comm, overrides or [], min(n, 2000))
         cfg = load_config(None, [f"initial.n={n}", "initial.seed=1",
@@ -117,6 +119,8 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
            "orbit_backend": cfg.run.orbit_backend,
            "encounters_s_per_rank": [t["encounters"] for t in timers],
            "us_per_star_step": wall / (steps * n) * 1e6, "parts_us_per_star": per,
+           "parts_us_per_star_by_rank": [{p: t[p] / (steps * n) * 1e6 for p in PARTS}
+                                         for t in timers],
            "ms_per_step": wall / steps * 1e3,
            "max_rss_bytes_per_star": max(r for r, _ in rss_all) / n,
            "bytes_per_star": sum(r - r0 for r, r0 in rss_all) / n,

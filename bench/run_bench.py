@@ -128,8 +128,16 @@ def main() -> None:
     targets = check_targets(rows, collapse, cores)
     print("\nRandom numbers (one core):", json.dumps(rng))
     gpu = gpu_section(quick, cores)
-    print("BENCH_JSON " + json.dumps({"rng": rng, "steps": rows, "collapse_run": collapse,
-                                     "targets": targets, "gpu": gpu}))
+    import datetime
+
+    result = {"machine": os.uname().nodename, "cores": cores, "quick": quick,
+              "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+              "rng": rng, "steps": rows, "collapse_run": collapse, "targets": targets, "gpu": gpu}
+    # the performance model's input (bench/perf_model.py); a --quick sitting keeps a full one
+    out = ROOT / "docs" / "performance_bench.json"
+    if not quick or not out.exists():
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    print("BENCH_JSON " + json.dumps(result))
 
 
 def check_targets(rows: list[dict], collapse: dict | None, cores: int) -> list[dict]:

@@ -79,8 +79,8 @@ def write_report(results: list[dict]) -> Path:
     """
     docs = ROOT / "docs"
 
-    def group(r: dict) -> tuple[int, float]:
-        return r["N"], float(r.get("theta_max", 1.0))
+    def group(r: dict) -> tuple[int, float, int]:
+        return r["N"], float(r.get("theta_max", 1.0)), int(r.get("dt_window", 40))
 
     ns = sorted({group(r) for r in results})
     by_n = {g: [r for r in results if group(r) == g] for g in ns}
@@ -98,9 +98,9 @@ def write_report(results: list[dict]) -> Path:
              "is discussed in [performance.md](performance.md#time-to-solution).", "",
              "## Summary: mean [min, max] over seeds", "",
              "| quantity | target | " + " | ".join(
-                 f"N = {n:.0e}, theta_max {th:g} ({len(by_n[n, th])} "
-                 f"seed{'s' if len(by_n[n, th]) > 1 else ''})"
-                 for n, th in ns) + " |",
+                 f"N = {n:.0e}, theta_max {th:g}, window {w} ({len(by_n[n, th, w])} "
+                 f"seed{'s' if len(by_n[n, th, w]) > 1 else ''})"
+                 for n, th, w in ns) + " |",
              "|---|---|" + "---|" * len(ns)]
     for label, target, key in _ROWS:
         if key == "stop_reason":
@@ -113,7 +113,8 @@ def write_report(results: list[dict]) -> Path:
         lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
     lines += ["", "## Every run", "",
               "| quantity | " + " | ".join(f"N = {r['N']:.0e}, seed {r.get('seed', 1)}, "
-                                          f"theta_max {r.get('theta_max', 1.0):g}"
+                                          f"theta_max {r.get('theta_max', 1.0):g}, window "
+                                          f"{r.get('dt_window', 40)}"
                                           for r in results) + " |",
               "|---|" + "---|" * len(results)]
     for label, _target, key in _ROWS:
@@ -125,13 +126,16 @@ def write_report(results: list[dict]) -> Path:
 
 
 def main(ns: list[int], resume: bool = False, threads: int = 0,
-         seeds: tuple[int, ...] = (1,), theta_max: float | None = None) -> None:
+         seeds: tuple[int, ...] = (1,), theta_max: float | None = None,
+         dt_window: int | None = None) -> None:
     """Run (or resume, or re-analyse) each (N, seed); ``theta_max`` overrides the example's
-    1.0 (results then carry a ``_theta<value>`` tag and their own summary column)."""
+    1.0 and ``dt_window`` the default 40-star time-step windows (results then carry a
+    ``_theta<value>`` / ``_w<stars>`` tag and their own summary column)."""
     results = []
     for n, seed in [(n, s) for n in ns for s in seeds]:
         tag = (f"N{n}" + (f"_seed{seed}" if seed != 1 else "")
-               + (f"_theta{theta_max:g}" if theta_max not in (None, 1.0) else ""))
+               + (f"_theta{theta_max:g}" if theta_max not in (None, 1.0) else "")
+               + (f"_w{dt_window}" if dt_window not in (None, 40) else ""))
         out = ROOT / "runs" / f"validate_{tag}"
         from cmc.rundir import run_status
 
@@ -151,6 +155,8 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
                    "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
             if theta_max is not None:
                 cmd += ["--set", f"run.theta_max={theta_max}"]
+            if dt_window is not None:
+                cmd += ["--set", f"run.dt_window={dt_window}"]
         wall = None
         if cmd is not None:
             t0 = time.perf_counter()
@@ -160,6 +166,7 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
         res = analyse(out)
         res["seed"] = seed
         res["theta_max"] = 1.0 if theta_max is None else theta_max
+        res["dt_window"] = 40 if dt_window is None else dt_window
         if wall is not None and status == "empty":  # a whole run in one go: its wall time
             res["wall_s"] = wall
             res["threads"] = threads
@@ -169,6 +176,7 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
         (docs / f"validation_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
         shutil.copy(out / "evolution.png", docs / f"validation_{tag}.png")
     write_report(sorted(_all_results(), key=lambda r: (r["N"], r.get("theta_max", 1.0),
+                                                        r.get("dt_window", 40),
                                                         r.get("seed", 1))))
     keys = list(results[0])
     print(" | ".join(keys))
@@ -188,6 +196,8 @@ if __name__ == "__main__":
     ap.add_argument("--seeds", type=int, nargs="+", default=[1], help="seeds to run for each N")
     ap.add_argument("--theta-max", type=float, default=None,
                     help="run.theta_max (default: the example's 1.0)")
+    ap.add_argument("--dt-window", type=int, default=None,
+                    help="run.dt_window (default: 40 stars)")
     a = ap.parse_args()
     main([int(x) for x in a.n] or [10000, 100000], resume=a.resume, threads=a.threads,
-         seeds=tuple(a.seeds), theta_max=a.theta_max)
+         seeds=tuple(a.seeds), theta_max=a.theta_max, dt_window=a.dt_window)

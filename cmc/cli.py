@@ -71,8 +71,10 @@ def _check_launcher(env) -> None:
 
 def _set_threads(cfg_threads: int, comm) -> None:
     from parallel.comm import set_numba_threads
+    from parallel.memory import keep_freed_memory
 
     set_numba_threads(cfg_threads, comm.Get_size())
+    keep_freed_memory()
 
 
 def _err(msg: str) -> None:

@@ -75,6 +75,9 @@ class RunConfig:
 
     theta_max: float = _p(1.0, "rad", "largest representative deflection per step", lo=0.0,
                           hi=math.pi / 2, lo_open=True)
+    dt_window: int = _p(40, "stars", "stars per window whose relaxation time sets the step "
+                        "(dt = (2 theta_max/pi)^2 min over windows); a multiple of 20; "
+                        "CMC-COSMIC: 20", lo=20, hi=2000)
     gamma: float = _p(0.1, "", "Coulomb logarithm ln(gamma N) factor", lo=0.0, hi=1.0,
                       lo_open=True)
     dt_growth_max: float = _p(2.0, "", "largest factor by which dt may grow per step", lo=1.0)
@@ -273,6 +276,8 @@ class Config:
                               "king, tidal.mode fixed or shrinking and tidal.r_t0_from = orbit")
         if -1.0 < self.run.n_core_stop < 0.0:
             raise ConfigError("run.n_core_stop: must be -1 (auto), 0 (off) or positive")
+        if self.run.dt_window % 20:
+            raise ConfigError("run.dt_window: must be a multiple of 20 (the 20-star blocks)")
         if self.binaries.eta_max <= self.binaries.eta_min:
             raise ConfigError("binaries.eta_max: must be above binaries.eta_min")
 

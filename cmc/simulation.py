@@ -396,10 +396,12 @@ class Simulation:
         else:  # ln(gamma N0) throughout, as CMC
             coulomb_ratio = 1.0
         # per-block sums of all ranks, gathered in block order: every rank then evaluates the
-        # same 40-star windows, whatever the rank boundaries (no reduction order issues)
+        # same windows (run.dt_window stars), whatever the rank boundaries (no reduction order
+        # issues)
         moments = allgatherv_array(self.comm, block_moments(stars.m, stars.vr, stars.vt,
                                                             float(st.n0)))
-        tb = window_relaxation_times(self.r_all, moments, float(st.n0), coulomb_ratio)
+        tb = window_relaxation_times(self.r_all, moments, float(st.n0), coulomb_ratio,
+                                     cfg.dt_window // MIN_CHUNK)
         tmin = float(tb.min()) if tb.size else np.inf
         dt = (2.0 * cfg.theta_max / math.pi) ** 2 * tmin
         t_bs = t_bb = math.inf

@@ -132,29 +132,50 @@ def pack_records(fields: Mapping[str, np.ndarray], order: np.ndarray | None = No
 
 # Packing field by field writes one member of every record per pass: with records larger
 # than the cache, each pass moves the whole buffer through memory (12 fields: 12 passes).
-# These kernels fill (or empty) each record in one go, as rows of 32-bit words.  Two mirror
-# kernels rather than one with a direction flag: the flagged one measured 30-40 % slower
-# (2 x 500k-star sort: 140 -> 200 ms).
+# These kernels fill (or empty) the records a chunk of stars at a time: the chunk's records
+# stay in the cache while its fields are copied in one after another, each by a plain strided
+# loop (the field's tuple index out of the inner loop).  Per record, 96 bytes: 35 ns with a
+# record-by-record loop over the fields, 13 ns chunked (one core).  Two mirror kernels rather
+# than one with a direction flag: the flagged one measured 30-40 % slower.
+_PACK_CHUNK = 256
 
 
 @njit(cache=True, parallel=True)
 def _words_to_records(srcs, offsets, dst):
-    for i in prange(dst.shape[0]):
+    n = dst.shape[0]
+    for c in prange((n + _PACK_CHUNK - 1) // _PACK_CHUNK):
+        lo = c * _PACK_CHUNK
+        hi = min(n, lo + _PACK_CHUNK)
         for f in range(len(srcs)):
             src = srcs[f]
             o = offsets[f]
-            for w in range(src.shape[1]):
-                dst[i, o + w] = src[i, w]
+            if src.shape[1] == 2:  # 8-byte fields, nearly all
+                for i in range(lo, hi):
+                    dst[i, o] = src[i, 0]
+                    dst[i, o + 1] = src[i, 1]
+            else:
+                for i in range(lo, hi):
+                    for w in range(src.shape[1]):
+                        dst[i, o + w] = src[i, w]
 
 
 @njit(cache=True, parallel=True)
 def _records_to_words(src, offsets, dsts):
-    for i in prange(src.shape[0]):
+    n = src.shape[0]
+    for c in prange((n + _PACK_CHUNK - 1) // _PACK_CHUNK):
+        lo = c * _PACK_CHUNK
+        hi = min(n, lo + _PACK_CHUNK)
         for f in range(len(dsts)):
             dst = dsts[f]
             o = offsets[f]
-            for w in range(dst.shape[1]):
-                dst[i, w] = src[i, o + w]
+            if dst.shape[1] == 2:
+                for i in range(lo, hi):
+                    dst[i, 0] = src[i, o]
+                    dst[i, 1] = src[i, o + 1]
+            else:
+                for i in range(lo, hi):
+                    for w in range(dst.shape[1]):
+                        dst[i, w] = src[i, o + w]
 
 
 def _word_layout(dtype: np.dtype, names) -> np.ndarray | None:

@@ -1,0 +1,229 @@
+"""Performance model of a Monte Carlo step: T(N, P) from measured parts, projected to P = 1024.
+
+``python bench/perf_model.py [BENCH_JSON]`` reads the figures of ``make bench`` (default
+docs/performance_bench.json, which run_bench.py writes), measures here the passes over all N
+stars that every rank repeats (the replicated work), and writes the model's table into
+docs/performance.md (between the ``model`` markers) and docs/performance_model.json.
+
+Model, per step, P ranks of one thread each::
+
+    T(N, P) = sum_parts [ (c_part - r_part) N / P + r_part N ] + T_fixed + T_comm(N, P)
+
+* ``c_part`` [us per star]: the part's measured cost on one core (``make bench``, N = 1e5 and
+  1e6; 1e7 uses the 1e6 figures).  ``r_part``: the replicated passes of that part, measured here
+  on a Plummer model (:func:`replicated_costs`); they do not divide by P.
+* ``T_fixed``: per-step cost that does not grow with N (interpreter, small reductions, I/O),
+  measured on N = 1000.
+* ``T_comm``: from the measured traffic of the 2-rank bench (bytes and calls per method),
+  scaled to P with a latency-bandwidth network (:data:`ALPHA_S`, :data:`BETA_BPS`): small
+  collectives ``ceil(log2 P) alpha``; the Allgatherv of the replicated arrays ``ceil(log2 P)
+  alpha + (P-1)/P N b / beta`` (b bytes per star, measured); each Alltoallv ``(P-1) alpha +
+  bytes / beta`` (pairwise exchange), the sort sending the fraction ``1 - (1 - f2)^log2(P)`` of
+  its records (f2 measured at P = 2; tends to 1: at large P a star's new radius is almost never
+  in its old rank's range).
+
+A second design ("segments") is projected beside today's: every replicated pass but the
+Allgatherv done on each rank's segment followed by one collective, as the issue asks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: Network: latency per message [s] and bandwidth per rank [bytes/s] of a typical InfiniBand
+#: cluster (EDR/HDR: 1-2 microseconds, 12-25 GB/s); EDR's figures, the lower bandwidth.
+ALPHA_S = 1.5e-6
+BETA_BPS = 12.0e9
+#: The paper's speedups (Pattabiraman et al. 2013, fig. 8) for N = 1e5, 1e6, 1e7.
+PAPER_SPEEDUP = {100_000: 60.0, 1_000_000: 100.0, 10_000_000: 220.0}
+PS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+SMALL = ("Allreduce", "allreduce", "allgather", "bcast", "Bcast", "gather", "Exscan",
+         "Alltoall", "exscan", "reduce", "Reduce")
+
+
+def replicated_costs(n: int) -> dict[str, dict[str, float]]:
+    """Microseconds per star (all N) of the passes every rank makes over the replicated
+    arrays, by step part; one core, best of 5, on a Plummer model of ``n`` stars."""
+    import numba
+
+    from cmc.initial import initial_generator
+    from physics.initial_conditions import plummer
+    from physics.orbits import search_levels
+    from physics.potential import (
+        compute_potential,
+        potential_at_sorted_radii,
+        potential_energy,
+        radius_lookup_table,
+    )
+    from physics.relaxation import block_moments, window_relaxation_times
+    from physics.structure import core_properties, lagrange_radii
+
+    numba.set_num_threads(1)
+    st = plummer(n, initial_generator(7))
+    o = np.argsort(st["r"])
+    r, m, vr, vt = (st[k][o] for k in ("r", "m", "vr", "vt"))
+    phi, mcum = compute_potential(r, m)
+    r_old = np.sort(r * (1 + 1e-2 * np.random.default_rng(0).standard_normal(n)))
+    mom = block_moments(m, vr, vt, float(n))
+    r_h = float(lagrange_radii(r, m, np.array([0.5]), mcum)[0])
+
+    def us(f) -> float:
+        f()
+        best = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            f()
+            best = min(best, time.perf_counter() - t0)
+        return best / n * 1e6
+
+    return {
+        "sort": {"compute_potential": us(lambda: compute_potential(r, m)),
+                 "copy r, m (allgather)": us(lambda: (r.copy(), m.copy()))},
+        "orbits": {"radius_lookup_table": us(lambda: radius_lookup_table(r, 4)),
+                   "search_levels": us(lambda: search_levels(r, phi))},
+        "energy": {"potential_at_sorted_radii": us(
+            lambda: potential_at_sorted_radii(r, phi, mcum, r_old))},
+        "timestep": {"window_relaxation_times": us(
+            lambda: window_relaxation_times(r, mom, float(n), 1.0))},
+        "diagnostics": {"potential_energy": us(lambda: potential_energy(r, m, phi)),
+                        "core_properties": us(lambda: core_properties(r, m, r_h)),
+                        "lagrange_radii": us(lambda: lagrange_radii(
+                            r, m, np.array([0.01, 0.1, 0.5, 0.9]), mcum))},
+    }
+
+
+def fixed_step_seconds() -> float:
+    """Wall time per step of an N = 1000 model (one core): the cost that does not scale."""
+    import numba
+
+    from cmc.config import load_config
+    from cmc.simulation import Simulation
+    from parallel.comm import SerialComm
+
+    numba.set_num_threads(1)
+    sim = Simulation.create(load_config(None, ["initial.n=1000", "initial.seed=1"]),
+                            SerialComm())
+    for _ in range(3):
+        sim.step()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        sim.step()
+    return (time.perf_counter() - t0) / 50
+
+
+def comm_seconds(n: int, p: int, traffic: dict) -> float:
+    """Communication time per step at N = n on p ranks (see the module notes)."""
+    if p == 1:
+        return 0.0
+    lg = math.ceil(math.log2(p))
+    t = traffic["small_calls"] * lg * ALPHA_S
+    t += traffic["allgatherv_calls"] * lg * ALPHA_S + (p - 1) / p * n * traffic["ag_b"] / BETA_BPS
+    f = 1.0 - (1.0 - traffic["f2"]) ** math.log2(p)
+    t += traffic["alltoallv_calls"] * (p - 1) * ALPHA_S
+    t += f * (n / p) * traffic["record_bytes"] / BETA_BPS
+    return t
+
+
+def traffic_of(row2: dict, n: int) -> dict:
+    """Per-star and per-call traffic from the 2-rank bench row (rank 0's counts)."""
+    by = row2["sent_by_method_rank0"]
+    small = sum(by.get(k, [0, 0])[0] for k in SMALL)
+    ag_calls, ag_bytes = by.get("Allgatherv", [0, 0])
+    a2a_calls, a2a_bytes = by.get("Alltoallv", [0, 0])
+    from cmc.stars import StarTable
+    from parallel.sample_sort import _record_dtype
+
+    rec = _record_dtype(StarTable.empty(1).as_dict()).itemsize
+    return {"small_calls": small, "allgatherv_calls": ag_calls,
+            "ag_b": ag_bytes / (n / 2),  # bytes per star of the replicated arrays
+            "alltoallv_calls": a2a_calls, "record_bytes": rec,
+            "f2": min(1.0, a2a_bytes / rec / (n / 2))}
+
+
+def model(bench: dict, rep: dict[int, dict], t_fixed: float) -> dict:
+    """T(N, P) and speedups for today's design and the 'segments' design."""
+    rows = [r for r in bench["steps"] if r.get("config", "Plummer") == "Plummer"]
+    out = {}
+    for n in (100_000, 1_000_000, 10_000_000):
+        nb = n if any(r["N"] == n for r in rows) else max(r["N"] for r in rows)
+        one = next(r for r in rows if r["N"] == nb and r["ranks"] == 1 and r["threads"] == 1)
+        two = next(r for r in rows if r["N"] == nb and r["ranks"] == 2)
+        parts = {k: v for k, v in one["parts_us_per_star"].items() if k != "wait"}
+        rn = rep[min(rep, key=lambda k: abs(math.log(k / n)))]
+        r_part = {k: sum(rn.get(k, {}).values()) for k in parts}
+        traffic = traffic_of(two, nb)
+        t1 = sum(parts.values()) * 1e-6 * n + t_fixed
+        res = {"N": n, "coefficients_from_N": nb, "t1_s": t1, "parts_us": parts,
+               "replicated_us": r_part, "traffic": traffic, "P": PS,
+               "today": [], "segments": []}
+        for p in PS:
+            par = sum(parts[k] - r_part[k] for k in parts) * 1e-6 * n / p
+            rep_today = sum(r_part.values()) * 1e-6 * n
+            # segments: only the copy of the gathered arrays stays replicated
+            rep_seg = rn["sort"]["copy r, m (allgather)"] * 1e-6 * n
+            par_seg = (sum(parts.values()) * 1e-6 * n - rep_seg) / p
+            c = comm_seconds(n, p, traffic)
+            res["today"].append(t1 / (par + rep_today + t_fixed + c))
+            res["segments"].append(t1 / (par_seg + rep_seg + t_fixed + c))
+        out[n] = res
+    return out
+
+
+def write(models: dict, rep: dict, t_fixed: float, source: str) -> str:
+    lines = ["<!-- model:begin (bench/perf_model.py writes this section) -->", "",
+             f"Inputs: `{source}`; replicated passes and T_fixed = {t_fixed * 1e3:.2f} ms "
+             "measured by bench/perf_model.py on this machine; network alpha = "
+             f"{ALPHA_S * 1e6:.1f} us, beta = {BETA_BPS / 1e9:.0f} GB/s.", "",
+             "Replicated passes, microseconds per star (all N, every rank, one core):", "",
+             "| part | pass | N = 1e5 | N = 1e6 |", "|---|---|---|---|"]
+    for part in rep[100_000]:
+        for name in rep[100_000][part]:
+            lines.append(f"| {part} | {name} | {rep[100_000][part][name]:.4f} | "
+                         f"{rep[1_000_000][part][name]:.4f} |")
+    lines += ["", "Modelled speedup T(N, 1) / T(N, P) (P ranks, one core each):", "",
+              "| N | design | " + " | ".join(f"P={p}" for p in PS) + " | best (P) | paper |",
+              "|---|---|" + "---|" * (len(PS) + 2)]
+    for n, m in models.items():
+        for design in ("today", "segments"):
+            s = m[design]
+            k = int(np.argmax(s))
+            lines.append(f"| {n:.0e} | {design} | " + " | ".join(f"{x:.1f}" for x in s)
+                         + f" | {s[k]:.0f} ({PS[k]}) | {PAPER_SPEEDUP[n]:.0f} |")
+    lines += ["", "<!-- model:end -->"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "performance_bench.json"
+    bench = json.loads(src.read_text())
+    rep = {n: replicated_costs(n) for n in (100_000, 1_000_000)}
+    t_fixed = fixed_step_seconds()
+    models = model(bench, rep, t_fixed)
+    section = write(models, rep, t_fixed, src.relative_to(ROOT).as_posix()
+                    if src.is_relative_to(ROOT) else str(src))
+    print(section)
+    doc = ROOT / "docs" / "performance.md"
+    text = doc.read_text() if doc.exists() else ""
+    a, b = "<!-- model:begin", "<!-- model:end -->"
+    if a in text and b in text:
+        text = text[:text.index(a)] + section + text[text.index(b) + len(b):]
+    else:
+        text += "\n" + section + "\n"
+    doc.write_text(text)
+    (ROOT / "docs" / "performance_model.json").write_text(json.dumps(
+        {"replicated_us_per_star": rep, "t_fixed_s": t_fixed, "alpha_s": ALPHA_S,
+         "beta_Bps": BETA_BPS, "models": {str(k): v for k, v in models.items()}},
+        indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
