@@ -93,9 +93,11 @@ def write_report(results: list[dict]) -> Path:
              "[validation_binaries.md](validation_binaries.md).  Tidal field and mass spectrum "
              "(dissolution against N, mass segregation and early collapse): "
              "[validation_tidal.md](validation_tidal.md).", "",
-             "Runs at theta_max = 1.0 and 1.412 (CMC-COSMIC's THETASEMAX, the default since "
-             "issue 16): `python bench/validate.py N --seeds ... --theta-max 1.412`; the choice "
-             "is discussed in [performance.md](performance.md#time-to-solution).", "",
+             "Runs at the time-step parameters of the first validations (theta_max = 1.0, "
+             "40-star windows) and at CMC-COSMIC's (theta_max = 1.412, 20-star windows: the "
+             "defaults since issue 16), and at 1.412 with 40-star windows: `python "
+             "bench/validate.py N --seeds ... [--theta-max X] [--dt-window W]`.  The choice is "
+             "discussed in [performance.md](performance.md#time-to-solution).", "",
              "## Summary: mean [min, max] over seeds", "",
              "| quantity | target | " + " | ".join(
                  f"N = {n:.0e}, theta_max {th:g}, window {w} ({len(by_n[n, th, w])} "
@@ -128,14 +130,19 @@ def write_report(results: list[dict]) -> Path:
 def main(ns: list[int], resume: bool = False, threads: int = 0,
          seeds: tuple[int, ...] = (1,), theta_max: float | None = None,
          dt_window: int | None = None) -> None:
-    """Run (or resume, or re-analyse) each (N, seed); ``theta_max`` overrides the example's
-    1.0 and ``dt_window`` the default 40-star time-step windows (results then carry a
-    ``_theta<value>`` / ``_w<stars>`` tag and their own summary column)."""
+    """Run (or resume, or re-analyse) each (N, seed) at ``theta_max`` and ``dt_window`` (default:
+    the parameters' defaults, CMC-COSMIC's 1.412 and 20 stars).  Results of other values than the
+    first validations' 1.0 and 40 carry a ``_theta<value>`` / ``_w<stars>`` tag and have their
+    own summary column."""
+    from cmc.config import RunConfig
+
+    theta_max = RunConfig.theta_max if theta_max is None else theta_max
+    dt_window = RunConfig.dt_window if dt_window is None else dt_window
     results = []
     for n, seed in [(n, s) for n in ns for s in seeds]:
         tag = (f"N{n}" + (f"_seed{seed}" if seed != 1 else "")
-               + (f"_theta{theta_max:g}" if theta_max not in (None, 1.0) else "")
-               + (f"_w{dt_window}" if dt_window not in (None, 40) else ""))
+               + (f"_theta{theta_max:g}" if theta_max != 1.0 else "")
+               + (f"_w{dt_window}" if dt_window != 40 else ""))
         out = ROOT / "runs" / f"validate_{tag}"
         from cmc.rundir import run_status
 
@@ -153,10 +160,7 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
                    "--set", "run.t_max=30",
                    "--set", f"run.threads={threads}",
                    "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
-            if theta_max is not None:
-                cmd += ["--set", f"run.theta_max={theta_max}"]
-            if dt_window is not None:
-                cmd += ["--set", f"run.dt_window={dt_window}"]
+            cmd += ["--set", f"run.theta_max={theta_max}", "--set", f"run.dt_window={dt_window}"]
         wall = None
         if cmd is not None:
             t0 = time.perf_counter()
@@ -165,8 +169,8 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
         subprocess.run([sys.executable, "-m", "cmc.cli", "plot", str(out)], check=True)
         res = analyse(out)
         res["seed"] = seed
-        res["theta_max"] = 1.0 if theta_max is None else theta_max
-        res["dt_window"] = 40 if dt_window is None else dt_window
+        res["theta_max"] = theta_max
+        res["dt_window"] = dt_window
         if wall is not None and status == "empty":  # a whole run in one go: its wall time
             res["wall_s"] = wall
             res["threads"] = threads
@@ -195,9 +199,9 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=0, help="numba threads (0: all cores)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1], help="seeds to run for each N")
     ap.add_argument("--theta-max", type=float, default=None,
-                    help="run.theta_max (default: the example's 1.0)")
+                    help="run.theta_max (default: the parameter's default)")
     ap.add_argument("--dt-window", type=int, default=None,
-                    help="run.dt_window (default: 40 stars)")
+                    help="run.dt_window (default: the parameter's default)")
     a = ap.parse_args()
     main([int(x) for x in a.n] or [10000, 100000], resume=a.resume, threads=a.threads,
          seeds=tuple(a.seeds), theta_max=a.theta_max, dt_window=a.dt_window)

@@ -390,6 +390,8 @@ def allgatherv_array(comm: Any, local: np.ndarray) -> np.ndarray:
             + ", ".join(f"{m[1]} {m[2]}" for m in meta)
         )
     rows = np.array([m[0] for m in meta], dtype=np.int64)
+    if not rows.any():  # nothing anywhere (every rank knows): no second message
+        return np.empty((0,) + local.shape[1:], dtype=local.dtype)
     row_bytes = local.dtype.itemsize * int(np.prod(local.shape[1:], dtype=np.int64))
     counts = rows * row_bytes
     displs = np.zeros_like(counts)

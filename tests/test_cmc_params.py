@@ -14,7 +14,7 @@ import pytest
 
 from cmc.cli import main
 from cmc.cmc_params import T_MAX_OUT_OF_THE_WAY, convert_cmc_ini
-from cmc.config import load_config
+from cmc.config import RunConfig, load_config
 from cmc.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "cmc_king_params.ini"
@@ -82,7 +82,7 @@ def test_switches_and_refusals(tmp_path):
     cfg = load_config(text=conv.ini())
     listed = {p: why for p, _, why in conv.not_honoured}
     assert "THETASEMAX" in listed and "run.theta_max" in listed["THETASEMAX"]
-    assert cfg.run.theta_max == 1.0  # left at ours
+    assert cfg.run.theta_max == RunConfig.theta_max  # left at ours
     assert "AVEKERNEL" in listed and "FOO" in listed
     assert "BINARY_DISTANCE_BREAKING" in listed
     assert cfg.binaries.wide_factor == 0.0 and cfg.binaries.wide_hardness_min == 3.0

@@ -142,7 +142,8 @@ def test_restart_with_three_body_binaries_is_bit_for_bit(tmp_path):
     data = Path(__file__).resolve().parent / "data" / "collapsed_core_n2000.h5"
     (_, _, da), (_, _, db) = _stopped_and_restarted(
         tmp_path, f"[initial]\nmodel = file\nfile = {data}\nseed = 12\n"
-        "[run]\nemulate_ranks = 3\nn_core_stop = 0\n"
+        # (the time step of the first defaults, with which binaries form after step 13)
+        "[run]\nemulate_ranks = 3\nn_core_stop = 0\ntheta_max = 1.0\ndt_window = 40\n"
         "[binaries]\nthree_body = all\neta_min = 3\n[output]\ncheckpoint_every = 7\n", 13, 60)
     np.testing.assert_array_equal(da["E_tot"], db["E_tot"])
     assert np.sum(da["n_three_body"][14:]) >= 1

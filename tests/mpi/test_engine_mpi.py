@@ -96,6 +96,8 @@ def test_three_body_binaries_equal_serial_emulation(world):
         return load_config(None, ["initial.model=file", f"initial.file={data}",
                                   "initial.seed=12", "binaries.three_body=all",
                                   "binaries.eta_min=3", "run.n_core_stop=0",
+                                  # the first defaults' time step: binaries form by step 100
+                                  "run.theta_max=1.0", "run.dt_window=40",
                                   f"run.emulate_ranks={p_emul}"])
 
     p = world.size
