@@ -75,7 +75,7 @@ def collapse_checkpoint(make: bool) -> dict | None:
             "N": COLLAPSE_N, "theta_max": 1.412, "cores": os.cpu_count(),
             "wall_s": wall, "steps": int(d["step"][-1]), "t_cc_trh": float(t[-1]),
             "steps_last_0.1_trh": int(d["step"][-1] - d["step"][np.argmax(last)]),
-            "dt_first": float(d["dt"][0]), "dt_last": float(d["dt"][-1]),
+            "dt_first": float(d["dt"][d["dt"] > 0][0]), "dt_last": float(d["dt"][-1]),
             "stop_reason": str(attrs.get("stop_reason", ""))}, indent=1) + "\n")
     return {"checkpoint": str(ckpt), **json.loads(info.read_text())}
 
@@ -91,7 +91,7 @@ def main() -> None:
     rng = bench_rng()
     cores = os.cpu_count() or 1
     rows = []
-    for n, steps in ([(100_000, 10)] if quick else [(100_000, 20), (1_000_000, 3)]):
+    for n, steps in ([(100_000, 10)] if quick else [(100_000, 21), (1_000_000, 6)]):
         step = [sys.executable, "bench/bench_step.py", str(n), str(steps)]
         rows.append(dict(_run(step + ["1"], 1), config="Plummer"))
         if cores > 1:

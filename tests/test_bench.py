@@ -41,6 +41,6 @@ def test_bench_step_from_checkpoint(tmp_path):
                    check=True, capture_output=True, cwd=root)
     out = bench_step(0, 3, 1, comm=SerialComm(), checkpoint=str(out_dir / "checkpoint.h5"))
     assert out["N"] > 700 and out["checkpoint"].endswith("checkpoint.h5")
-    assert out["steps"] == 3 and out["us_per_star_step"] > 0
+    assert out["steps"] == 1 and out["us_per_star_step"] > 0  # the fastest of 3 runs of 1
     assert out["bytes_sent_per_step_per_rank"] == 0  # serial: nothing travels
     assert out["bytes_per_star"] >= 0 and "wait" in out["parts_us_per_star"]
