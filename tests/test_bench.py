@@ -44,3 +44,32 @@ def test_bench_step_from_checkpoint(tmp_path):
     assert out["steps"] == 1 and out["us_per_star_step"] > 0  # the fastest of 3 runs of 1
     assert out["bytes_sent_per_step_per_rank"] == 0  # serial: nothing travels
     assert out["bytes_per_star"] >= 0 and "wait" in out["parts_us_per_star"]
+
+
+def test_performance_model_reproduces_two_ranks(monkeypatch):
+    """Built from the 2-rank figures, the model gives back their speedup when the network
+    costs nothing, and replicated work caps the speedup at T(1) / (replicated + fixed)."""
+    import perf_model
+
+    parts = {"potential": 0.02, "timestep": 0.002, "relaxation": 0.06, "encounters": 0.0,
+             "orbits": 0.5, "sort": 0.14, "energy": 0.04, "diagnostics": 0.01, "wait": 0.0}
+    two = {k: v / 2 for k, v in parts.items()}
+    two["sort"] = 0.12  # the MPI sort does more work per star than the serial one
+    two["wait"] = 0.02
+
+    def row(ranks, p, total):
+        return {"N": 100_000, "ranks": ranks, "threads": 1, "config": "Plummer",
+                "parts_us_per_star": p, "us_per_star_step": total,
+                "sent_by_method_rank0": {"Allreduce": [3, 300], "Allgatherv": [5, 8e5],
+                                         "Alltoallv": [2, 9e5]}}
+
+    bench = {"steps": [row(1, parts, sum(parts.values())),
+                       row(2, two, sum(two.values()))]}
+    rep = {100_000: {"sort": {"copy r, m (allgather)": 0.001, "compute_potential": 0.004},
+                     "energy": {"potential_at_sorted_radii": 0.012}}}
+    monkeypatch.setattr(perf_model, "ALPHA_S", 0.0)
+    monkeypatch.setattr(perf_model, "BETA_BPS", float("inf"))
+    m = perf_model.model(bench, rep, 0.0)[100_000]
+    assert m["today"][1] == pytest.approx(m["measured_speedup_P2"], rel=1e-12)
+    cap = sum(parts.values()) / (0.001 + 0.004 + 0.012)
+    assert m["today"][-1] < cap and m["segments"][-1] > m["today"][-1]
