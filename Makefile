@@ -4,11 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-# Oversubscribe freely: MPI tests run 3 ranks on a 2-core CI machine.
+# Oversubscribe freely: MPI tests run 3 ranks on a 2-core CI machine.  Tests select numba's
+# workqueue threading layer (cheap on an oversubscribed machine); runs and benchmarks keep the
+# package's choice, OpenMP (physics/__init__.py).
 MPIEXEC := $(BIN)/mpiexec
 MPI_TIMEOUT := --timeout=300 --timeout-method=thread
-export NUMBA_THREADING_LAYER ?= workqueue
-export OMP_NUM_THREADS ?= 1
+TEST_ENV := NUMBA_THREADING_LAYER=$${NUMBA_THREADING_LAYER:-workqueue} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 
 .PHONY: install run test test-serial test-mpi bench validate validate-fewbody lint clean
 
@@ -29,12 +30,12 @@ test: test-serial test-mpi
 # Every test has a time limit (pytest-timeout) and every mpiexec an outer one, so a hang fails
 # instead of blocking CI; under MPI the thread method ends the hung rank, and mpiexec the job.
 test-serial: install
-	$(PY) -m pytest -q --timeout=900 tests --ignore=tests/mpi
+	$(TEST_ENV) $(PY) -m pytest -q --timeout=900 tests --ignore=tests/mpi
 
 test-mpi: install
-	timeout 900 $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) tests/mpi
-	timeout 900 $(MPIEXEC) -n 3 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) tests/mpi
-	timeout 600 $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) \
+	$(TEST_ENV) timeout 900 $(MPIEXEC) -n 2 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) tests/mpi
+	$(TEST_ENV) timeout 900 $(MPIEXEC) -n 3 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) tests/mpi
+	$(TEST_ENV) timeout 600 $(MPIEXEC) -n 4 $(PY) -m pytest -q -p no:cacheprovider $(MPI_TIMEOUT) \
 		tests/mpi/test_engine_mpi.py -k sweep
 
 bench: install

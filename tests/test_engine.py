@@ -295,3 +295,41 @@ def test_time_step_against_central_crossing_time(caplog):
     assert max(ratios) < 1.0
     assert min(ratios) < DT_TCROSS_WARN
     assert caplog.text.count("central crossing time") == 1  # once per run
+
+
+_LAYER_SCRIPT = """
+import hashlib, sys
+import numba, numpy as np
+numba.set_num_threads(min(int(sys.argv[1]), numba.config.NUMBA_NUM_THREADS))
+from cmc.config import load_config
+from cmc.simulation import Simulation
+from parallel.comm import SerialComm
+sim = Simulation.create(load_config(None, ["initial.n=4000", "initial.seed=3",
+                                           "initial.binary_fraction=0.1"]), SerialComm())
+for _ in range(8):
+    sim.step()
+print(numba.threading_layer(), hashlib.sha1(np.concatenate(
+    [sim.r_all, sim.stars.vr, sim.stars.vt]).tobytes()).hexdigest())
+"""
+
+
+def test_threading_layers_give_the_same_bits():
+    """Runs use numba's OpenMP layer (physics/__init__.py), the tests workqueue: a run on two
+    OpenMP threads equals one on one workqueue thread bit for bit."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = {}
+    for layer, threads in (("workqueue", 1), ("omp", 2)):
+        env = dict(os.environ, NUMBA_THREADING_LAYER=layer, PYTHONPATH=str(root))
+        p = subprocess.run([sys.executable, "-c", _LAYER_SCRIPT, str(threads)], env=env,
+                           capture_output=True, text=True, cwd=root)
+        if layer == "omp" and p.returncode != 0 and "threading layer" in p.stderr.lower():
+            pytest.skip("numba has no OpenMP layer here")
+        assert p.returncode == 0, p.stderr[-2000:]
+        out[layer] = p.stdout.split()[-2:]
+    assert out["omp"][0] == "omp" and out["workqueue"][0] == "workqueue"
+    assert out["omp"][1] == out["workqueue"][1]
