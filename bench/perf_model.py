@@ -229,6 +229,42 @@ def write(models: dict, rep: dict, t_fixed: float, source: str) -> str:
     return "\n".join(lines)
 
 
+def bench_section(bench: dict, source: str) -> str:
+    """The ``make bench`` table and targets as markdown (docs/performance.md)."""
+    rows = bench["steps"]
+    parts = [k for k in rows[0]["parts_us_per_star"] if k != "encounters"]
+    lines = ["<!-- bench:begin (bench/perf_model.py writes this section from the bench JSON) -->",
+             "", f"`make bench` on {bench.get('machine', '?')} ({bench.get('cores', '?')} cores), "
+             f"{bench.get('date', '?')}; `{source}`.  Microseconds per star per step (the "
+             "fastest of 3 runs; parts: the slowest rank's).", "",
+             "| config | N | ranks | threads | total | " + " | ".join(parts)
+             + " | efficiency | ms/step | messages/step | kB/step | memory B/star |",
+             "|---|---|---|---|---|" + "---|" * (len(parts) + 5)]
+    for r in rows:
+        cells = [r.get("config", "Plummer"), f"{r['N']:.3g}", str(r["ranks"]), str(r["threads"]),
+                 f"**{r['us_per_star_step']:.3f}**"]
+        cells += [f"{r['parts_us_per_star'][k]:.3f}" for k in parts]
+        cells += [f"{r.get('efficiency', float('nan')):.0%}", f"{r['ms_per_step']:.1f}",
+                  f"{r['messages_per_step_per_rank']:.1f}",
+                  f"{r['bytes_sent_per_step_per_rank'] / 1e3:.0f}", f"{r['bytes_per_star']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Messages and kB: sent per rank per step (counted; 2 of the messages are the "
+              "bench's own barriers).  Memory: the peak resident memory of the run less that of "
+              "the process with every kernel loaded, summed over ranks, per star.", "",
+              "Targets (issue 16):", ""]
+    for t in bench.get("targets", []):
+        lines.append(f"* {'met' if t['met'] else '**not met**'}: {t['target']}; measured "
+                     f"{t['measured']:.3g}")
+    lines += ["", "<!-- bench:end -->"]
+    return "\n".join(lines)
+
+
+def _replace(text: str, begin: str, end: str, section: str) -> str:
+    if begin in text and end in text:
+        return text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    return text + "\n" + section + "\n"
+
+
 def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "performance_bench.json"
     bench = json.loads(src.read_text())
@@ -240,11 +276,9 @@ def main() -> None:
     print(section)
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text() if doc.exists() else ""
-    a, b = "<!-- model:begin", "<!-- model:end -->"
-    if a in text and b in text:
-        text = text[:text.index(a)] + section + text[text.index(b) + len(b):]
-    else:
-        text += "\n" + section + "\n"
+    text = _replace(text, "<!-- model:begin", "<!-- model:end -->", section)
+    text = _replace(text, "<!-- bench:begin", "<!-- bench:end -->", bench_section(
+        bench, src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)))
     doc.write_text(text)
     (ROOT / "docs" / "performance_model.json").write_text(json.dumps(
         {"replicated_us_per_star": rep, "t_fixed_s": t_fixed, "alpha_s": ALPHA_S,

@@ -2,12 +2,11 @@
 
 glibc returns large freed blocks to the operating system (``munmap``, heap trimming), so the
 next step's arrays of the same size are fresh pages again: each 4 KiB page costs a fault and
-zeroing on first touch (about 0.5 ns per byte here), and page faults serialise the threads of
-a process.  Packing 5e4 sorted 96-byte records took 93 ns per record with that, 42 without
-(``make bench``, N = 1e5 one core: sort 0.171 -> 0.145 us per star).  :func:`keep_freed_memory`
-raises glibc's mmap threshold to its maximum (32 MiB: larger arrays are still mapped and
-unmapped) and turns heap trimming off, the usual HPC setting.  The peak resident memory is
-unchanged (freed blocks are reused, not added to).
+zeroing on first touch (about 0.5 ns per byte here).  Packing 5e4 sorted 96-byte records took
+93 ns per record with that, 42 without (the whole step's gain is within this machine's noise).
+:func:`keep_freed_memory` raises glibc's mmap threshold to its maximum (32 MiB: larger arrays
+are still mapped and unmapped) and turns heap trimming off, the usual HPC setting.  Freed
+blocks are reused, so the peak resident memory does not grow with the run.
 """
 
 from __future__ import annotations

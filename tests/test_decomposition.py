@@ -373,3 +373,15 @@ def test_local_order_threads(threads, case):
     finally:
         numba.set_num_threads(old)
     assert np.array_equal(got, expect)
+
+
+def test_keep_freed_memory_on_glibc():
+    """glibc accepts the malloc settings (once per process; the answer is remembered)."""
+    import platform
+
+    from parallel.memory import keep_freed_memory
+
+    ok = keep_freed_memory()
+    assert keep_freed_memory() is ok  # idempotent
+    if platform.libc_ver()[0] == "glibc":
+        assert ok is True
