@@ -42,6 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cmc.simulation import OLD_POTENTIAL_LOOKUP_MIN_RANKS  # noqa: E402
+
 #: Network: latency per message [s] and bandwidth per rank [bytes/s] of a typical InfiniBand
 #: cluster (EDR/HDR: 1-2 microseconds, 12-25 GB/s); EDR's figures, the lower bandwidth.
 ALPHA_S = 1.5e-6
@@ -63,6 +65,7 @@ def replicated_costs(n: int) -> dict[str, dict[str, float]]:
     from physics.orbits import search_levels
     from physics.potential import (
         compute_potential,
+        potential_at_points,
         potential_at_sorted_radii,
         potential_energy,
         radius_lookup_table,
@@ -77,6 +80,8 @@ def replicated_costs(n: int) -> dict[str, dict[str, float]]:
     phi, mcum = compute_potential(r, m)
     r_old = np.sort(r * (1 + 1e-2 * np.random.default_rng(0).standard_normal(n)))
     mom = block_moments(m, vr, vt, float(n))
+    own = np.random.default_rng(1).permutation(n)[: n // 16]
+    out = np.empty(n)
     r_h = float(lagrange_radii(r, m, np.array([0.5]), mcum)[0])
 
     def us(f) -> float:
@@ -95,6 +100,9 @@ def replicated_costs(n: int) -> dict[str, dict[str, float]]:
                    "search_levels": us(lambda: search_levels(r, phi))},
         "energy": {"potential_at_sorted_radii": us(
             lambda: potential_at_sorted_radii(r, phi, mcum, r_old))},
+        # from OLD_POTENTIAL_LOOKUP_MIN_RANKS ranks on, instead of the merge: per own star
+        "energy, P >= 16": {"potential_at_points (per own star)": us(
+            lambda: potential_at_points(r, phi, mcum, r_old, own, out)) * n / own.size},
         "timestep": {"window_relaxation_times": us(
             lambda: window_relaxation_times(r, mom, float(n), 1.0))},
         "diagnostics": {"potential_energy": us(lambda: potential_energy(r, m, phi)),
@@ -179,6 +187,7 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float) -> dict:
         traffic = traffic_of(two, nb)
         t1 = sum(c1.values()) * 1e-6 * n + t_fixed
         copy = rn["sort"]["copy r, m (allgather)"]
+        lookup = rn["energy, P >= 16"]["potential_at_points (per own star)"]
         res = {"N": n, "coefficients_from_N": nb, "t1_s": t1, "parts_us_1rank": c1,
                "parallel_us": par, "replicated_us": r_part, "imbalance": imbalance,
                "traffic": traffic, "P": PS, "today": [], "segments": [],
@@ -190,7 +199,11 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float) -> dict:
                 continue
             c = comm_seconds(n, p, traffic)
             work = sum(par.values()) * 1e-6 * n / p * (1.0 + imbalance)
-            today = work + sum(r_part.values()) * 1e-6 * n + t_fixed + c
+            rep_today = sum(r_part.values())
+            if p >= OLD_POTENTIAL_LOOKUP_MIN_RANKS:  # the energy step's lookups divide
+                rep_today -= r_part["energy"]
+                work += lookup * 1e-6 * n / p
+            today = work + rep_today * 1e-6 * n + t_fixed + c
             # segments: the replicated passes divide by P too; the gathered copy stays
             seg_work = (sum(par.values()) + sum(r_part.values()) - copy) * 1e-6 * n / p
             segments = seg_work * (1.0 + imbalance) + copy * 1e-6 * n + t_fixed + c

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 
@@ -108,6 +108,21 @@ def potential_at_sorted_radii(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
             k += 1
         out[i] = potential_below(r, phi, mcum, k, xi)
     return out
+
+
+@njit(cache=True, parallel=True)
+def potential_at_points(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray, x: np.ndarray,
+                        idx: np.ndarray, out: np.ndarray) -> None:
+    """``out[j] = potential_at_radius(x[j])`` for ``j`` in ``idx`` only (others untouched).
+
+    The energy correction of a rank needs the new potential at its own stars' old radii: a
+    bisection each, O(n log N), against :func:`potential_at_sorted_radii`'s merge over all N
+    (12 ns per star of all N; a bisection 125-260 ns at N = 1e5-1e6, one core).  Equal to it
+    bit for bit (same interval, same formula).
+    """
+    for i in prange(idx.shape[0]):
+        j = idx[i]
+        out[j] = potential_at_radius(r, phi, mcum, x[j])
 
 
 def compute_potential_reference(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -50,6 +50,7 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
     """Built from the 2-rank figures, the model gives back their speedup when the network
     costs nothing, and replicated work caps the speedup at T(1) / (replicated + fixed)."""
     import perf_model
+    from perf_model import PS
 
     parts = {"potential": 0.02, "timestep": 0.002, "relaxation": 0.06, "encounters": 0.0,
              "orbits": 0.5, "sort": 0.14, "energy": 0.04, "diagnostics": 0.01, "wait": 0.0}
@@ -66,10 +67,13 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
     bench = {"steps": [row(1, parts, sum(parts.values())),
                        row(2, two, sum(two.values()))]}
     rep = {100_000: {"sort": {"copy r, m (allgather)": 0.001, "compute_potential": 0.004},
-                     "energy": {"potential_at_sorted_radii": 0.012}}}
+                     "energy": {"potential_at_sorted_radii": 0.012},
+                     "energy, P >= 16": {"potential_at_points (per own star)": 0.2}}}
     monkeypatch.setattr(perf_model, "ALPHA_S", 0.0)
     monkeypatch.setattr(perf_model, "BETA_BPS", float("inf"))
     m = perf_model.model(bench, rep, 0.0)[100_000]
     assert m["today"][1] == pytest.approx(m["measured_speedup_P2"], rel=1e-12)
-    cap = sum(parts.values()) / (0.001 + 0.004 + 0.012)
+    # from 16 ranks on the energy step's lookups divide by P: only the rest stays replicated
+    cap = sum(parts.values()) / (0.001 + 0.004)
     assert m["today"][-1] < cap and m["segments"][-1] > m["today"][-1]
+    assert m["today"][PS.index(16)] > m["today"][PS.index(8)]

@@ -13,6 +13,7 @@ from physics.energy import (
 )
 from physics.potential import (
     compute_potential,
+    potential_at_points,
     potential_at_radii,
     potential_at_sorted_radii,
 )
@@ -26,6 +27,23 @@ def test_potential_at_sorted_radii_matches_search():
     x = np.sort(np.concatenate([r * gen.uniform(0.7, 1.3, r.size), r[::5], [1e-9, 1e3]]))
     np.testing.assert_array_equal(potential_at_sorted_radii(r, phi, mcum, x),
                                   potential_at_radii(r, phi, mcum, x))
+
+
+def test_potential_at_points_matches_merge():
+    """The many-rank path (bisection at a rank's own stars' old radii) gives the merge's bits
+    there and leaves the other entries alone."""
+    gen = np.random.default_rng(4)
+    r = np.sort(gen.exponential(1.0, 5000))
+    m = gen.uniform(0.5, 1.5, r.size) / r.size
+    phi, mcum = compute_potential(r, m)
+    x = np.sort(np.concatenate([r * gen.uniform(0.7, 1.3, r.size), r[::5], [1e-9, 1e3]]))
+    idx = gen.permutation(x.size)[: x.size // 3]
+    out = np.full(x.size, np.nan)
+    potential_at_points(r, phi, mcum, x, idx, out)
+    np.testing.assert_array_equal(out[idx], potential_at_sorted_radii(r, phi, mcum, x)[idx])
+    rest = np.ones(x.size, dtype=bool)
+    rest[idx] = False
+    assert np.isnan(out[rest]).all()
 
 
 @pytest.mark.parametrize("offset", [0, 140])

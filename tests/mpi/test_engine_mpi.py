@@ -255,3 +255,26 @@ def test_sweep_dynamic_dispatch_runs_every_model_once(world, rpm):
     assert len({ranks[0] for _, ranks in ran}) >= min(2, n_groups), ran
     assert all(r["status"] == "finished" and r["skipped"] for r in rows2), rows2
     assert [r["steps"] for r in rows2] == [r["steps"] for r in rows]
+
+
+def test_old_potential_lookup_equals_serial_emulation(world, monkeypatch):
+    """With many ranks the energy correction looks up the new potential at its own stars' old
+    radii instead of merging all N (cmc.simulation.OLD_POTENTIAL_LOOKUP_MIN_RANKS, lowered here
+    so that 2 and 3 ranks take that path): the run still equals its serial emulation."""
+    import cmc.simulation as cs
+
+    monkeypatch.setattr(cs, "OLD_POTENTIAL_LOOKUP_MIN_RANKS", 2)
+    p = world.size
+    sim = Simulation.create(_cfg(0, binaries=0.1), world)
+    for _ in range(30):
+        sim.step()
+    par = sim.gather_stars()
+    verdict = None
+    if world.rank == 0:
+        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=0.1), SerialComm())
+        for _ in range(30):
+            emu.step()
+        ser = emu.gather_stars()
+        verdict = {k: bool(np.array_equal(par[k], ser[k])) for k in par}
+    same = world.bcast(verdict, root=0)
+    assert all(same.values()), same
