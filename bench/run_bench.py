@@ -80,6 +80,15 @@ def collapse_checkpoint(make: bool) -> dict | None:
     return {"checkpoint": str(ckpt), **json.loads(info.read_text())}
 
 
+def _one_config(step: list[str], config: str, cores: int) -> list[dict]:
+    """One configuration on 1 thread, on all cores (threads) and on 2 ranks."""
+    runs = [(step + ["1"], 1)]
+    if cores > 1:
+        runs.append((step + [str(cores)], cores))
+    runs.append(([str(BIN / "mpiexec"), "-n", "2"] + step + ["1"], 1))
+    return [dict(_run(cmd, threads), config=config) for cmd, threads in runs]
+
+
 def _fmt(v) -> str:
     return f"{v:9.3g}" if isinstance(v, float) else f"{v:>9}"
 
@@ -92,21 +101,12 @@ def main() -> None:
     cores = os.cpu_count() or 1
     rows = []
     for n, steps in ([(100_000, 10)] if quick else [(100_000, 21), (1_000_000, 6)]):
-        step = [sys.executable, "bench/bench_step.py", str(n), str(steps)]
-        rows.append(dict(_run(step + ["1"], 1), config="Plummer"))
-        if cores > 1:
-            rows.append(dict(_run(step + [str(cores)], cores), config="Plummer"))
-        rows.append(dict(_run([str(BIN / "mpiexec"), "-n", "2"] + step + ["1"], 1),
-                         config="Plummer"))
+        rows += _one_config([sys.executable, "bench/bench_step.py", str(n), str(steps)],
+                            "Plummer", cores)
     collapse = collapse_checkpoint(make=not quick)
     if collapse is not None:
-        step = [sys.executable, "bench/bench_step.py", "collapse", collapse["checkpoint"],
-                "20"]
-        rows.append(dict(_run(step + ["1"], 1), config="collapse"))
-        if cores > 1:
-            rows.append(dict(_run(step + [str(cores)], cores), config="collapse"))
-        rows.append(dict(_run([str(BIN / "mpiexec"), "-n", "2"] + step + ["1"], 1),
-                         config="collapse"))
+        rows += _one_config([sys.executable, "bench/bench_step.py", "collapse",
+                             collapse["checkpoint"], "20"], "collapse", cores)
     for r in rows:  # parallel efficiency against one core, same configuration
         base = next(b for b in rows if b["N"] == r["N"] and b["config"] == r["config"]
                     and b["ranks"] == 1 and b["threads"] == 1)

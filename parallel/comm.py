@@ -431,10 +431,10 @@ class CountingComm:
     methods).  ``counts`` maps method name to ``[calls, bytes]``.
     """
 
-    _SENDERS = {"Allreduce": 0, "Reduce": 0, "Allgather": 0, "Allgatherv": 0, "Gather": 0,
-                "Gatherv": 0, "Alltoall": 0, "Alltoallv": 0, "Exscan": 0, "Scan": 0,
-                "Bcast": 0, "bcast": 0, "allreduce": 0, "reduce": 0, "allgather": 0,
-                "gather": 0, "scatter": 0, "alltoall": 0, "exscan": 0, "scan": 0, "Barrier": -1}
+    _SENDERS = frozenset({"Allreduce", "Reduce", "Allgather", "Allgatherv", "Gather", "Gatherv",
+                          "Alltoall", "Alltoallv", "Exscan", "Scan", "Bcast", "bcast",
+                          "allreduce", "reduce", "allgather", "gather", "scatter", "alltoall",
+                          "exscan", "scan", "Barrier"})
 
     def __init__(self, comm: Any):
         self._comm = comm
@@ -468,8 +468,3 @@ class CountingComm:
 
     def reset(self) -> None:
         self.counts = {}
-
-    def totals(self) -> tuple[int, int]:
-        """(calls, bytes) over all methods."""
-        return (sum(c[0] for c in self.counts.values()),
-                sum(c[1] for c in self.counts.values()))
