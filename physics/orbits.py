@@ -127,10 +127,15 @@ def _turning_predicate(x, p, outside, c1, c2, j2):
 
 @njit(cache=True, inline="always")
 def _count_true(xs, ps, start, stop, outside, c1, c2, j2):
-    """Number of indices in range(start, stop) where the predicate holds."""
+    """Number of indices in range(start, stop) where the predicate holds (``start >= 0``)."""
+    # Unsigned indices: numba wraps a signed index that could be negative (i + n if i < 0),
+    # which made LLVM vectorise this loop with gathers and run its <= 16-entry scans scalar;
+    # with the unsigned index the loads are contiguous (search 0.26 -> 0.15 us per star).
     cnt = 0
-    for i in range(start, stop):
-        cnt += _turning_predicate(xs[i], ps[i], outside, c1, c2, j2)
+    u0 = np.uint64(start)
+    for i in range(stop - start):
+        j = u0 + np.uint64(i)
+        cnt += _turning_predicate(xs[j], ps[j], outside, c1, c2, j2)
     return cnt
 
 
