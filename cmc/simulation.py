@@ -513,14 +513,14 @@ class Simulation:
         stars.r = r_new
         stars.vr = vr_new
         stars.vt = vt_new
-        if n_esc + n_strip:
-            stars = stars.take(~esc)
+        # the escapers are dropped by the sort (it reads every field once anyway)
+        keep_rows = np.flatnonzero(~esc) if leave.size else None
         t4 = time.perf_counter()
         self.timers["orbits"] += t4 - t3
         t4 = self._wait_for_ranks(t4)
         # 5. sort, redistribute, synchronise replicated arrays, new potential
         sorted_fields = parallel_sort(self.comm, stars.as_dict(), key="r", tiebreak="id",
-                                      sample_size=cfg.sample_size or None)
+                                      sample_size=cfg.sample_size or None, rows=keep_rows)
         self.stars = stars = StarTable(sorted_fields)
         r_old_all = self.r_all
         self.sync_replicated()

@@ -438,12 +438,36 @@ def _sort_records(rec: np.ndarray, key: str, tiebreak: str | None) -> np.ndarray
     return _take(rec, order)
 
 
-def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None) -> Fields:
-    """Serial path: sort every array of ``fields`` by ``(key, tiebreak)``."""
+def _rows_error(rows: np.ndarray | None, n: int) -> str | None:
+    """Why ``rows`` cannot select among ``n`` rows, or None."""
+    if rows is None:
+        return None
+    if rows.ndim != 1 or rows.dtype.kind not in "iu":
+        return "rows must be a 1-d integer array"
+    if rows.size and (rows.min() < 0 or rows.max() >= n or np.any(np.diff(rows) <= 0)):
+        return f"rows must be increasing indices in [0, {n})"
+    return None
+
+
+def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
+                    rows: np.ndarray | None) -> np.ndarray:
+    """Indices (into the full arrays) of the ``rows`` (all if None) sorted by
+    ``(key, tiebreak)``: only the two keys are compacted, the other fields are read once, in
+    sorted order, by the caller."""
+    if rows is None:
+        return _local_order(key, tiebreak)
+    return rows[_local_order(key[rows], None if tiebreak is None else tiebreak[rows])]
+
+
+def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,
+                   rows: np.ndarray | None = None) -> Fields:
+    """Serial path: sort every array of ``fields`` (its ``rows`` only) by ``(key, tiebreak)``."""
     err = _fields_error(fields, key, tiebreak)
+    if err is None:
+        err = _rows_error(rows, fields[key].shape[0])
     if err:
         raise ValueError(err)
-    order = _local_order(fields[key], None if tiebreak is None else fields[tiebreak])
+    order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
     return {name: gather_rows(arr, order) for name, arr in fields.items()}
 
 
@@ -504,6 +528,7 @@ def _sample_sort_records(
     key: str,
     tiebreak: str | None,
     sample_size: int | None,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Sample Sort proper on ``size > 1`` communicators; returns local sorted records."""
     size = comm.Get_size()
@@ -513,9 +538,11 @@ def _sample_sort_records(
     # until all ranks know about them.
     err = _fields_error(fields, key, tiebreak)
     if err is None:
+        err = _rows_error(rows, fields[key].shape[0])
+    if err is None:
         kv = fields[key]
         tv = None if tiebreak is None else fields[tiebreak]
-        order = _local_order(kv, tv)
+        order = _selected_order(kv, tv, rows)
         rec = pack_records(fields, order)
         keys = kv[order]
         tbs = None if tv is None else tv[order]
@@ -715,6 +742,7 @@ def parallel_sort(
     tiebreak: str | None = "id",
     sample_size: int | None = None,
     chunk: int = MIN_CHUNK,
+    rows: np.ndarray | None = None,
 ) -> Fields:
     """Sort star records globally and leave them in the block decomposition.
 
@@ -733,6 +761,9 @@ def parallel_sort(
         See :func:`sample_sort`.
     chunk : int, optional
         Block size, see :func:`redistribute_to_blocks`.
+    rows : numpy.ndarray of int, optional
+        Increasing indices of the local stars to keep (default all): the others are dropped
+        (escapers), without a copy of every field before the sort.
 
     Returns
     -------
@@ -747,6 +778,6 @@ def parallel_sort(
     """
     _check_params(sample_size, chunk)
     if comm.Get_size() == 1:
-        return _sorted_fields(fields, key, tiebreak)
-    rec = _sample_sort_records(comm, fields, key, tiebreak, sample_size)
+        return _sorted_fields(fields, key, tiebreak, rows)
+    rec = _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows)
     return unpack_records(_redistribute_records(comm, rec, chunk))

@@ -90,23 +90,34 @@ def potential_at_radii(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
     return out
 
 
-@njit(cache=True)
+#: Old radii per merge chunk of :func:`potential_at_sorted_radii` (a chunk per loop iteration,
+#: whatever the thread count).
+MERGE_CHUNK = 8192
+
+
+@njit(cache=True, parallel=True)
 def potential_at_sorted_radii(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
                               x: np.ndarray) -> np.ndarray:
-    """:func:`potential_at_radii` for increasing ``x``, by one merge pass (no searches).
+    """:func:`potential_at_radii` for increasing ``x``, by merge passes (no per-point search).
 
     The energy correction needs the new potential at every star's old radius; the old radii
     are the previous step's sorted array, so a merge walk finds every interval in O(N) with
-    sequential memory access.  Equal to :func:`potential_at_radii` bit for bit.
+    sequential memory access.  The walk is cut into chunks of ``MERGE_CHUNK`` points that run
+    on the threads, each starting from one bisection; every point gets the same interval and
+    formula as in a single walk, so the result is :func:`potential_at_radii`'s bit for bit.
     """
     n = r.shape[0]
-    out = np.empty(x.shape[0])
-    k = 0
-    for i in range(x.shape[0]):
-        xi = x[i]
-        while k < n and r[k] <= xi:
-            k += 1
-        out[i] = potential_below(r, phi, mcum, k, xi)
+    m = x.shape[0]
+    out = np.empty(m)
+    for c in prange((m + MERGE_CHUNK - 1) // MERGE_CHUNK):
+        i0 = c * MERGE_CHUNK
+        i1 = min(m, i0 + MERGE_CHUNK)
+        k = _count_at_most(r, x[i0], 0, n)
+        for i in range(i0, i1):
+            xi = x[i]
+            while k < n and r[k] <= xi:
+                k += 1
+            out[i] = potential_below(r, phi, mcum, k, xi)
     return out
 
 

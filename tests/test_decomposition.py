@@ -326,6 +326,23 @@ def test_parallel_sort_serial(n, ndistinct):
     assert not any(np.shares_memory(out[k], stars[k]) for k in stars if n)
 
 
+@pytest.mark.parametrize("n", [0, 19, 1003])
+def test_parallel_sort_serial_selected_rows(n):
+    """``rows``: the kept stars sorted, the others dropped, inputs untouched; bad rows are a
+    ValueError."""
+    stars = _stars(n, seed=n + 1)
+    keep = np.flatnonzero(np.random.default_rng(n).random(n) < 0.8)
+    out = parallel_sort(SerialComm(), stars, rows=keep)
+    sub = {k: v[keep] for k, v in stars.items()}
+    order = np.lexsort((sub["id"], sub["r"]))
+    for k, v in sub.items():
+        np.testing.assert_array_equal(out[k], v[order])
+    for bad in (keep[::-1] if keep.size > 1 else np.array([n]), np.array([n + 5]),
+                np.array([[0]]), np.array([0.5])):
+        with pytest.raises(ValueError, match="rows"):
+            parallel_sort(SerialComm(), stars, rows=bad)
+
+
 def test_parallel_sort_serial_errors():
     stars = _stars(10)
     with pytest.raises(ValueError):

@@ -12,6 +12,7 @@ from physics.energy import (
     settle_debts,
 )
 from physics.potential import (
+    MERGE_CHUNK,
     compute_potential,
     potential_at_points,
     potential_at_radii,
@@ -19,12 +20,18 @@ from physics.potential import (
 )
 
 
-def test_potential_at_sorted_radii_matches_search():
+@pytest.mark.parametrize("n", [3000, 3 * MERGE_CHUNK])
+def test_potential_at_sorted_radii_matches_search(n):
+    """The chunked merge (several chunks at the larger n, some starting on a star's own
+    radius) gives each point the bisection's bits, on any number of threads."""
     gen = np.random.default_rng(3)
-    r = np.sort(gen.exponential(1.0, 3000))
+    r = np.sort(gen.exponential(1.0, n))
     m = gen.uniform(0.5, 1.5, r.size) / r.size
     phi, mcum = compute_potential(r, m)
     x = np.sort(np.concatenate([r * gen.uniform(0.7, 1.3, r.size), r[::5], [1e-9, 1e3]]))
+    at = np.minimum(np.searchsorted(r, x[MERGE_CHUNK::MERGE_CHUNK]), n - 1)
+    x[MERGE_CHUNK::MERGE_CHUNK] = r[at]
+    x = np.sort(x)
     np.testing.assert_array_equal(potential_at_sorted_radii(r, phi, mcum, x),
                                   potential_at_radii(r, phi, mcum, x))
 

@@ -141,6 +141,24 @@ def test_parallel_sort(on_subcomms, n, case, layout):
         check_blocks(values(outcomes), expected, p)
 
 
+@pytest.mark.parametrize("layout", ["uneven", "first"])
+@pytest.mark.parametrize("case", CASES)
+def test_parallel_sort_selected_rows(on_subcomms, case, layout):
+    """``rows`` drops the other local stars (the step's escapers) in the sort itself: the
+    result is the sort of the kept stars, in the block layout of their number."""
+    n = 1003
+    stars = global_stars(case, n)
+    dropped = np.random.default_rng(11).random(n) < 0.1
+    expected = reference_sort(take(stars, np.flatnonzero(~dropped)))
+
+    def run(comm):
+        idx = local_indices(layout, n, comm.size, comm.rank)
+        return parallel_sort(comm, take(stars, idx), rows=np.flatnonzero(~dropped[idx]))
+
+    for p, outcomes in on_subcomms(run).items():
+        check_blocks(values(outcomes), expected, p)
+
+
 @pytest.mark.parametrize("sample_size", [1, 2, 5, None, 100000])
 @pytest.mark.parametrize("case", ["clustered", "duplicates"])
 def test_parallel_sort_sample_sizes(on_subcomms, case, sample_size):
