@@ -242,8 +242,23 @@ def report(diss: list[dict], seg: dict) -> None:
                   "central crossing time (`dt_tcross` 0.04-0.24 here, about 50 for equal "
                   "masses), the orbit step's potential jumps heat and unbind light stars per "
                   "step, and relaxation kicks capped at pi/2 by 30-360 times heavier partners "
-                  "unbind others; CMC does the same.  The comparison needs N >= 1e5 (hours on "
-                  "2 cores).", ""]
+                  "unbind others; CMC does the same.  **N0 = 1e5 does not pass either** "
+                  "(2026-11-24; the same parameters, seed 1, one core, stopped by hand at 0.371 "
+                  "t_rh0 after 44,200 steps, 52 minutes; runs/validate_tidal/seg_N100000, not in "
+                  "git): the segregation phase looks like Gürkan et al.'s (r(1 %) falls to 0.53, "
+                  "0.36 and 0.23 of its initial value at 0.10, 0.15 and 0.20 t_rh0, with the mean"
+                  " mass inside it 4.5, 7.7 and 11.8 times the initial mean; r(10 %) to 0.76, "
+                  "0.65, 0.55), but it does not end in collapse: r(1 %) stays at 0.20-0.24 from "
+                  "0.20 to 0.37 t_rh0 while E_deficit grows from 0.05 to 0.42 (1.7 |E0|), 6.6 % "
+                  "of the mass leaves as unbound escapers and r_h shrinks from 0.85 to 0.73; "
+                  "N_core stays at 5000-11000.  `dt_tcross` has median 0.079 (5-95 %: "
+                  "0.029-0.16), as small as at N0 = 5000 (0.10): a larger N does not bring the "
+                  "step back above the central crossing time, because the 20-star windows that "
+                  "hold the heaviest stars set it at any N.  What it would take: a time step or "
+                  "an orbit step that does not redraw the heavy central orbits several times per "
+                  "crossing time (not CMC's method, so it needs its own validation), or stellar "
+                  "evolution, which removes the most massive stars within a few Myr in a real "
+                  "cluster.", ""]
     (DOCS / "validation_tidal.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
