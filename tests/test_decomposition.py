@@ -300,10 +300,39 @@ def test_pack_unpack_roundtrip():
         back = unpack_records(pack_records(fields, order))
         for k, v in fields.items():
             np.testing.assert_array_equal(back[k], v[order])
+    # unpacking in an order (the MPI sort's merge): the same as permuting first
+    for extra in ({}, {"flag": np.arange(50, dtype=np.int8)}):
+        fields = {**stars, **extra}
+        back = unpack_records(pack_records(fields), order=order)
+        for k, v in fields.items():
+            np.testing.assert_array_equal(back[k], v[order])
+            assert back[k].flags.c_contiguous
     with pytest.raises(ValueError):
         pack_records({"a": np.zeros(3), "b": np.zeros(4)})
     with pytest.raises(ValueError):
         pack_records({})
+
+
+@pytest.mark.parametrize("runs", [[0], [7], [5, 0, 9], [1, 1, 1, 1, 1], [300, 0, 0, 41, 77, 2]])
+@pytest.mark.parametrize("ndistinct", [None, 3])
+def test_merge_runs_is_a_stable_sort(runs, ndistinct):
+    """The MPI sort's merge of the received runs equals a stable lexsort by (key, tiebreak),
+    with and without a tiebreak (ties then by position), for any number of runs."""
+    from parallel.sample_sort import _merge_runs
+
+    rng = np.random.default_rng(len(runs) + sum(runs))
+    keys, tbs = [], []
+    for n in runs:
+        k = rng.random(n) if ndistinct is None else rng.integers(0, ndistinct, n) * 0.5
+        t = rng.integers(0, 4, n)  # ties in (key, tiebreak) too: position decides
+        o = np.lexsort((t, k))
+        keys.append(k[o])
+        tbs.append(t[o])
+    k, t = np.concatenate(keys), np.concatenate(tbs)
+    starts = np.concatenate(([0], np.cumsum(runs))).astype(np.int64)
+    np.testing.assert_array_equal(_merge_runs(k, t, starts), np.lexsort((t, k)))
+    none = np.zeros(k.size, dtype=np.int8)
+    np.testing.assert_array_equal(_merge_runs(k, none, starts), np.argsort(k, kind="stable"))
 
 
 @pytest.mark.parametrize("n", [0, 1, 19, 20, 1003])

@@ -248,6 +248,30 @@ def test_parallel_sort_no_tiebreak(on_subcomms):
         check_blocks(values(outcomes), expected, p)
 
 
+@pytest.mark.parametrize("sample_size", [1, None])
+@pytest.mark.parametrize("layout", ["uneven", "interleaved"])
+def test_parallel_sort_no_tiebreak_ties(on_subcomms, layout, sample_size):
+    """Equal keys and no tiebreak: the cuts moved to the block bounds among ties still give
+    every rank its block count, keys in order across ranks and every star once."""
+    n = 1403
+    stars = global_stars("duplicates", n)
+
+    def run(comm):
+        local = take(stars, local_indices(layout, n, comm.size, comm.rank))
+        return parallel_sort(comm, local, tiebreak=None, sample_size=sample_size)
+
+    for p, outcomes in on_subcomms(run).items():
+        parts = values(outcomes)
+        assert [len(x["id"]) for x in parts] == block_counts(n, p).tolist()
+        r = np.concatenate([x["r"] for x in parts])
+        assert np.all(r[1:] >= r[:-1])
+        got = {k: np.concatenate([x[k] for x in parts]) for k in stars}
+        order = np.argsort(got["id"])
+        ref = np.argsort(stars["id"])
+        for k in stars:  # every record intact, whatever the order of ties
+            np.testing.assert_array_equal(got[k][order], stars[k][ref], err_msg=k)
+
+
 # ---------------------------------------------------------------------------
 # the two phases separately
 # ---------------------------------------------------------------------------
