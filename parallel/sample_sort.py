@@ -550,7 +550,8 @@ def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
     sorted order, by the caller."""
     if rows is None:
         return _local_order(key, tiebreak)
-    return rows[_local_order(key[rows], None if tiebreak is None else tiebreak[rows])]
+    return gather_rows(rows, _local_order(
+        gather_rows(key, rows), None if tiebreak is None else gather_rows(tiebreak, rows)))
 
 
 def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,

@@ -47,6 +47,10 @@ MAX_TRIALS = 100000
 ORBIT_OK = 0
 ORBIT_ESCAPED_UNBOUND = 1
 ORBIT_ESCAPED_TIDAL = 2
+#: Set by the caller before the kernel: the row already left (unbound before the orbits) and
+#: stays in the arrays only so that they need not be copied; the kernel skips it, drawing
+#: nothing, and the sort drops it.
+ORBIT_REMOVED = 3
 
 
 @njit(cache=True, inline="always")
@@ -415,7 +419,8 @@ def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, stat
     phi_oo, phi_on : ndarray, shape (n,)
         Output potential (own shell removed) of the old potential at the old and new radius.
     status : ndarray of int8, shape (n,)
-        ``ORBIT_OK`` or an escape reason.
+        In: ``ORBIT_REMOVED`` for rows to skip (their other outputs are undefined), anything
+        else for the others.  Out: ``ORBIT_OK`` or an escape reason for the others.
     counters : ndarray of float64, shape (nblocks, 2)
         Per block: rejection trials and bound violations.
     r_apo : ndarray, shape (n,)
@@ -444,6 +449,8 @@ def _orbit_block(blk, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
     tr = 0.0
     viol = 0.0
     for i in range(i0, i1):
+        if status[i] == ORBIT_REMOVED:
+            continue
         s = gidx[i]
         rs = r_all[s]
         ms = m[i]

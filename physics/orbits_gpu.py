@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from physics.orbits import search_levels
+from physics.orbits import ORBIT_REMOVED, search_levels
 from physics.potential import radius_lookup_table
 
 log = logging.getLogger("cmc.orbits_gpu")
@@ -330,7 +330,7 @@ class DeviceOrbits:
         d_out = xp.empty((6, n))
         d_out[1] = d_vr
         d_out[2] = d_vt
-        d_status = xp.zeros(n, dtype=np.int8)
+        d_status = xp.asarray(np.ascontiguousarray(status, dtype=np.int8))  # ORBIT_REMOVED in
         d_cnt = xp.zeros((nb, 2))
         grid = max(1, (nb + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
         if nb:
@@ -428,14 +428,19 @@ def compare_orbits(ref: dict[str, np.ndarray], other: dict[str, np.ndarray],
 
 
 def run_orbit_kernel(fn, r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states,
-                     r_tidal: float = 0.0) -> dict[str, np.ndarray]:
+                     r_tidal: float = 0.0,
+                     removed: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Run an orbit kernel (``new_orbits_rows`` or a :class:`DeviceOrbits`) on copies of the
-    inputs; return its outputs by name (the dictionary :func:`compare_orbits` takes)."""
+    inputs; return its outputs by name (the dictionary :func:`compare_orbits` takes).
+    ``removed`` (bool per row) presets ``ORBIT_REMOVED`` (those rows' outputs are undefined)."""
     n = m.shape[0]
     states = np.array(states, copy=True)
-    res = {"r_new": np.empty(n), "vr_new": vr.copy(), "vt_new": vt.copy(),
-           "phi_oo": np.empty(n), "phi_on": np.empty(n), "status": np.zeros(n, dtype=np.int8),
-           "counters": np.zeros((states.shape[0], 2)), "r_apo": np.empty(n)}
+    status = np.zeros(n, dtype=np.int8)
+    if removed is not None:
+        status[removed] = ORBIT_REMOVED
+    res = {"r_new": np.zeros(n), "vr_new": vr.copy(), "vt_new": vt.copy(),
+           "phi_oo": np.zeros(n), "phi_on": np.zeros(n), "status": status,
+           "counters": np.zeros((states.shape[0], 2)), "r_apo": np.zeros(n)}
     fn(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states, float(r_tidal),
        res["r_new"], res["vr_new"], res["vt_new"], res["phi_oo"], res["phi_on"], res["status"],
        res["counters"], res["r_apo"])

@@ -191,3 +191,45 @@ def test_orbit_kernel_thread_count_independent(plummer_5k):
     for a, b in zip(results[0][0], results[1][0]):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_orbit_kernel_skips_removed_rows(plummer_5k):
+    """Rows preset to ORBIT_REMOVED (unbound before the orbits, left in the arrays instead of
+    copied out) are skipped without a draw: the other rows get the same bits, and the blocks'
+    streams the same states, as the kernel run on the table without them."""
+    from physics.orbits import ORBIT_REMOVED, new_orbits_rows
+
+    st = plummer_5k
+    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
+    n = r.size
+    phi, mcum = compute_potential(r, m)
+    gidx = np.arange(n, dtype=np.int64)
+    nb = (n + 19) // 20
+    block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * 20, n)
+    removed = np.zeros(n, dtype=bool)
+    removed[[0, 7, 8, 19, 20, 2500, n - 1]] = True
+    removed[40:60] = True  # a whole block
+    keep = ~removed
+    row_block = np.repeat(np.arange(nb), 20)[:n]
+
+    def run(g, bs, mm, v_r, v_t, status):
+        k = g.size
+        states = rng_states(nb)
+        out = [np.full(k, -7.0), v_r.copy(), v_t.copy(), np.full(k, -7.0), np.full(k, -7.0)]
+        counters = np.zeros((nb, 2))
+        r_apo = np.full(k, -7.0)
+        new_orbits_rows(r, phi, mcum, g, bs, mm, v_r, v_t, states, 0.0, *out, status,
+                        counters, r_apo)
+        return out + [r_apo, status], states, counters
+
+    status = np.zeros(n, dtype=np.int8)
+    status[removed] = ORBIT_REMOVED
+    full, s_full, c_full = run(gidx, block_start, m, vr, vt, status)
+    bs_keep = np.searchsorted(row_block[keep], np.arange(nb + 1)).astype(np.int64)
+    part, s_part, c_part = run(gidx[keep], bs_keep, m[keep], vr[keep], vt[keep],
+                               np.zeros(keep.sum(), dtype=np.int8))
+    for a, b in zip(full, part):
+        np.testing.assert_array_equal(a[keep], b)
+    np.testing.assert_array_equal(s_full, s_part)
+    np.testing.assert_array_equal(c_full, c_part)
+    assert np.all(full[-1][removed] == ORBIT_REMOVED)  # still marked for the sort

@@ -108,6 +108,25 @@ def test_simulated_gpu_kernel_uneven_blocks(plummer_5k, sim_kernel):
     assert cmp["ok"], cmp
 
 
+def test_simulated_gpu_kernel_skips_removed_rows(plummer_5k, sim_kernel):
+    """Rows preset to ORBIT_REMOVED (unbound before the orbits) are skipped on the device as
+    on the CPU: the same outputs for the other rows, trials and stream states."""
+    n = 600
+    r, phi, mcum, m, vr, vt = _inputs(plummer_5k, n)
+    gidx, block_start = block_rows(n)
+    removed = np.zeros(n, dtype=bool)
+    removed[[0, 3, 19, 20, 21, 333, n - 1]] = True
+    removed[100:120] = True  # a whole block
+    args = (r, phi, mcum, gidx, block_start, m, vr, vt, rng_states(block_start.size - 1, 3))
+    cpu = run_orbit_kernel(new_orbits_rows, *args, removed=removed)
+    gpu = run_orbit_kernel(sim_kernel, *args, removed=removed)
+    rows = ("r_new", "vr_new", "vt_new", "phi_oo", "phi_on", "r_apo", "status")
+    cmp = compare_orbits(*({k: (v[~removed] if k in rows else v) for k, v in res.items()}
+                           for res in (cpu, gpu)), max_ulps=0)
+    assert cmp["ok"], cmp
+    assert np.all(gpu["status"][removed] == 3) and np.all(gpu["r_new"][~removed] > 0.0)
+
+
 def test_fma_contraction_stays_within_device_bound(plummer_20k):
     """The device contracts a*b + c into fused multiply-adds; the same source compiled for
     the CPU with contraction allowed stays within DEVICE_MAX_ULPS with identical accept/reject
