@@ -59,11 +59,13 @@ Fields = dict[str, np.ndarray]
 # ---------------------------------------------------------------------------
 
 
-def _fields_error(fields: Any, key: str | None = None, tiebreak: str | None = None) -> str | None:
+def _fields_error(fields: Any, key: str | None = None, tiebreak: str | None = None,
+                  rows: np.ndarray | None = None) -> str | None:
     """Describe what is wrong with ``fields`` (``None`` if it is usable).
 
     Returns a message instead of raising so that parallel callers can first
-    agree collectively that something is wrong.
+    agree collectively that something is wrong.  With ``rows`` (valid indices), only
+    those rows' keys must not be NaN: the others are dropped.
     """
     if not isinstance(fields, Mapping) or len(fields) == 0:
         return "fields must be a non-empty mapping of name -> numpy array"
@@ -88,7 +90,9 @@ def _fields_error(fields: Any, key: str | None = None, tiebreak: str | None = No
             return f"{role} field {name!r} must be 1-D"
     if key is not None:
         k = fields[key]
-        if np.issubdtype(k.dtype, np.floating) and np.isnan(k).any():
+        # the rows' keys only when some key is NaN (the dropped rows' may be anything)
+        if np.issubdtype(k.dtype, np.floating) and np.isnan(k).any() and (
+                rows is None or np.isnan(k[rows]).any()):
             return f"key field {key!r} contains NaN"
     return None
 
@@ -557,9 +561,11 @@ def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
 def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,
                    rows: np.ndarray | None = None) -> Fields:
     """Serial path: sort every array of ``fields`` (its ``rows`` only) by ``(key, tiebreak)``."""
-    err = _fields_error(fields, key, tiebreak)
+    err = _fields_error(fields)
     if err is None:
-        err = _rows_error(rows, fields[key].shape[0])
+        err = _rows_error(rows, fields[key].shape[0]) if key in fields else None
+    if err is None:
+        err = _fields_error(fields, key, tiebreak, rows)
     if err:
         raise ValueError(err)
     order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
@@ -643,9 +649,11 @@ def _sample_sort_records(
 
     # Phase 1: local sort (packing in sorted order). Errors are held back
     # until all ranks know about them.
-    err = _fields_error(fields, key, tiebreak)
+    err = _fields_error(fields)
     if err is None:
-        err = _rows_error(rows, fields[key].shape[0])
+        err = _rows_error(rows, fields[key].shape[0]) if key in fields else None
+    if err is None:
+        err = _fields_error(fields, key, tiebreak, rows)
     if err is None:
         kv = fields[key]
         tv = None if tiebreak is None else fields[tiebreak]

@@ -370,6 +370,18 @@ def test_parallel_sort_serial_selected_rows(n):
                 np.array([[0]]), np.array([0.5])):
         with pytest.raises(ValueError, match="rows"):
             parallel_sort(SerialComm(), stars, rows=bad)
+    # a dropped row's key may be anything (the step's removed rows are never drawn), a kept
+    # row's may not be NaN
+    if n > keep.size:
+        dropped = np.setdiff1d(np.arange(n), keep)[0]
+        stars["r"][dropped] = np.nan
+        again = parallel_sort(SerialComm(), stars, rows=keep)
+        for k, v in sub.items():
+            np.testing.assert_array_equal(again[k], v[order])
+    if keep.size:
+        stars["r"][keep[0]] = np.nan
+        with pytest.raises(ValueError, match="NaN"):
+            parallel_sort(SerialComm(), stars, rows=keep)
 
 
 def test_parallel_sort_serial_errors():
