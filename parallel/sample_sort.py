@@ -554,8 +554,16 @@ def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
     sorted order, by the caller."""
     if rows is None:
         return _local_order(key, tiebreak)
-    return gather_rows(rows, _local_order(
-        gather_rows(key, rows), None if tiebreak is None else gather_rows(tiebreak, rows)))
+    if 2 * rows.size < key.size:  # most rows dropped: sort the kept keys only
+        return gather_rows(rows, _local_order(
+            gather_rows(key, rows), None if tiebreak is None else gather_rows(tiebreak, rows)))
+    # few dropped (the step's escapers): sort every key and filter the order, one pass
+    # instead of compacting both keys and mapping back (the kept rows' relative order is the
+    # same; a dropped NaN key sorts to the end)
+    keep = np.zeros(key.size, dtype=bool)
+    keep[rows] = True
+    order = _local_order(key, tiebreak)
+    return order[keep[order]]
 
 
 def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,
