@@ -8,8 +8,8 @@ from which it computes the potential itself.  One step:
 2. shared time step: minimum over 20-star bins (one Allreduce);
 3. relaxation of radial-neighbour pairs;
 4. new orbits (turning points, rejection sampling), escapers removed;
-5. parallel sort (Sample Sort + Exscan redistribution to the block layout), Allgatherv of
-   radii and masses, new potential;
+5. parallel sort (Sample Sort with its cuts moved to the block bounds: one exchange), the
+   escapers dropped in it, Allgatherv of radii and masses, new potential;
 6. energy correction (Stodolkiewicz) with any deficit taken from the other stars;
 7. diagnostics (one packed Allreduce).
 
