@@ -309,6 +309,7 @@ class DeviceOrbits:
         d_i = xp.asarray(ibuf)
         d_l = xp.asarray(lbuf)
         d_s = xp.array(sbuf, copy=True)
+        d_status = xp.array(np.ascontiguousarray(status, dtype=np.int8), copy=True)  # REMOVED in
         self._sync()
         t2 = time.perf_counter()
         a = 0
@@ -330,7 +331,6 @@ class DeviceOrbits:
         d_out = xp.empty((6, n))
         d_out[1] = d_vr
         d_out[2] = d_vt
-        d_status = xp.asarray(np.ascontiguousarray(status, dtype=np.int8))  # ORBIT_REMOVED in
         d_cnt = xp.zeros((nb, 2))
         grid = max(1, (nb + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
         if nb:
@@ -348,7 +348,7 @@ class DeviceOrbits:
         for dst, row in zip((r_new, vr_new, vt_new, phi_oo, phi_on, r_apo), out, strict=True):
             dst[:] = row
         st.calls += 1
-        st.bytes_to_device += fbuf.nbytes + ibuf.nbytes + lbuf.nbytes + sbuf.nbytes
+        st.bytes_to_device += fbuf.nbytes + ibuf.nbytes + lbuf.nbytes + sbuf.nbytes + n
         st.bytes_to_host += out.nbytes + n + counters.nbytes + states.nbytes
         st.s_prepare += t1 - t0
         st.s_to_device += t2 - t1
