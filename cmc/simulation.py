@@ -485,9 +485,8 @@ class Simulation:
                     phi_oo, phi_on, status, counters, r_apo)
         self.streams.states[rows, subs] = states
         removed = status == ORBIT_REMOVED
-        if removed.any():  # the kernel left their outputs undefined: the old values
+        if removed.any():  # the kernel left their outputs undefined; r is the sort's key
             r_new[removed] = self.r_all[gidx[removed]]
-            phi_oo[removed] = phi_on[removed] = r_apo[removed] = np.inf
         w_mutual = 0.0
         if self.cfg.tidal.mode != "isolated":
             w_mutual = self._strip(gidx, r_apo, status, r_new, vr_new, vt_new, phi_oo, phi_on)

@@ -64,8 +64,8 @@ def _fields_error(fields: Any, key: str | None = None, tiebreak: str | None = No
     """Describe what is wrong with ``fields`` (``None`` if it is usable).
 
     Returns a message instead of raising so that parallel callers can first
-    agree collectively that something is wrong.  With ``rows`` (valid indices), only
-    those rows' keys must not be NaN: the others are dropped.
+    agree collectively that something is wrong.  With ``rows`` (checked by
+    :func:`_rows_error`), only those rows' keys must not be NaN: the others are dropped.
     """
     if not isinstance(fields, Mapping) or len(fields) == 0:
         return "fields must be a non-empty mapping of name -> numpy array"
@@ -90,6 +90,9 @@ def _fields_error(fields: Any, key: str | None = None, tiebreak: str | None = No
             return f"{role} field {name!r} must be 1-D"
     if key is not None:
         k = fields[key]
+        err = _rows_error(rows, k.shape[0])
+        if err:
+            return err
         # the rows' keys only when some key is NaN (the dropped rows' may be anything)
         if np.issubdtype(k.dtype, np.floating) and np.isnan(k).any() and (
                 rows is None or np.isnan(k[rows]).any()):
@@ -548,11 +551,7 @@ def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
 def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,
                    rows: np.ndarray | None = None) -> Fields:
     """Serial path: sort every array of ``fields`` (its ``rows`` only) by ``(key, tiebreak)``."""
-    err = _fields_error(fields)
-    if err is None:
-        err = _rows_error(rows, fields[key].shape[0]) if key in fields else None
-    if err is None:
-        err = _fields_error(fields, key, tiebreak, rows)
+    err = _fields_error(fields, key, tiebreak, rows)
     if err:
         raise ValueError(err)
     order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
@@ -577,14 +576,14 @@ def _exclusive_cumsum(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _exchange(comm: Any, rec: np.ndarray, send_counts: np.ndarray,
-              counts_out: list | None = None) -> np.ndarray:
+def _exchange(comm: Any, rec: np.ndarray,
+              send_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Send consecutive slices of ``rec`` to ranks 0..P-1; receive in rank order.
 
     ``send_counts[j]`` records (taken in order from the front of ``rec``) go to
     rank ``j``. Counts travel with ``Alltoall``; the records travel as bytes of
-    their structured dtype with ``Alltoallv``. The counts received are appended to
-    ``counts_out`` if given.
+    their structured dtype with ``Alltoallv``. Returns the records received and
+    how many came from each rank.
     """
     from mpi4py import MPI
 
@@ -592,8 +591,6 @@ def _exchange(comm: Any, rec: np.ndarray, send_counts: np.ndarray,
     send_counts = np.ascontiguousarray(send_counts, dtype=np.int64)
     recv_counts = np.empty(size, dtype=np.int64)
     comm.Alltoall(send_counts, recv_counts)
-    if counts_out is not None:
-        counts_out.append(recv_counts)
     item = rec.dtype.itemsize
     out = np.empty(int(recv_counts.sum()), dtype=rec.dtype)
     sendbuf = np.ascontiguousarray(rec).view(np.uint8)
@@ -601,7 +598,7 @@ def _exchange(comm: Any, rec: np.ndarray, send_counts: np.ndarray,
         [sendbuf, (send_counts * item, _exclusive_cumsum(send_counts) * item), MPI.BYTE],
         [out.view(np.uint8), (recv_counts * item, _exclusive_cumsum(recv_counts) * item), MPI.BYTE],
     )
-    return out
+    return out, recv_counts
 
 
 def default_sample_size(n_ranks: int) -> int:
@@ -636,11 +633,7 @@ def _sample_sort_records(
 
     # Phase 1: local sort (packing in sorted order). Errors are held back
     # until all ranks know about them.
-    err = _fields_error(fields)
-    if err is None:
-        err = _rows_error(rows, fields[key].shape[0]) if key in fields else None
-    if err is None:
-        err = _fields_error(fields, key, tiebreak, rows)
+    err = _fields_error(fields, key, tiebreak, rows)
     if err is None:
         kv = fields[key]
         tv = None if tiebreak is None else fields[tiebreak]
@@ -684,11 +677,10 @@ def _sample_sort_records(
             bounds = _exact_cuts(comm, keys, tbs, bounds,
                                  rank_bounds(n_total, size, chunk)[1:-1])
     edges = np.concatenate(([0], bounds, [n_local]))
-    run_counts: list = []
-    received = _exchange(comm, rec, np.diff(edges), run_counts)
+    received, run_counts = _exchange(comm, rec, np.diff(edges))
 
     # Phase 5: merge the received sorted runs (the caller unpacks in this order).
-    return received, _merge_order(received, run_counts[0], key, tiebreak)
+    return received, _merge_order(received, run_counts, key, tiebreak)
 
 
 def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.ndarray,
@@ -807,7 +799,7 @@ def _redistribute_records(
     hi = np.clip(bounds[1:], start, start + n_local)
     # Senders hold increasing global ranges, so receiving in rank order keeps
     # global order: no re-sort needed.
-    return _exchange(comm, rec, hi - lo)
+    return _exchange(comm, rec, hi - lo)[0]
 
 
 # ---------------------------------------------------------------------------
