@@ -42,9 +42,15 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
         mcum[k] = acc
     if n == 0:
         return phi, mcum
+    # The increments first (independent, vectorised: one division per star), then the serial
+    # sum: the same operations in the same order as phi[k + 1] - mcum[k] * (1/r[k] - 1/r[k+1])
+    # in one loop, so the same bits, without two divisions on the loop's dependency chain.
+    inv = 1.0 / r
+    for k in range(n - 1):
+        phi[k] = mcum[k] * (inv[k] - inv[k + 1])
     phi[n - 1] = -mcum[n - 1] / r[n - 1]
     for k in range(n - 2, -1, -1):
-        phi[k] = phi[k + 1] - mcum[k] * (1.0 / r[k] - 1.0 / r[k + 1])
+        phi[k] = phi[k + 1] - phi[k]
     return phi, mcum
 
 
