@@ -40,9 +40,8 @@ STAR_FIELDS: tuple[Field, ...] = (
     Field("m_msun", "float64", "Msun", "mass in solar masses (from the mass function)"),
     Field("old_index", "int64", "", "global index (radial rank) before this step's orbit "
           "sampling", saved=False, default=-1),
-    Field("phi_oo", "float64", "v_NB^2", "old potential at old radius, own shell removed",
-          saved=False),
-    Field("phi_on", "float64", "v_NB^2", "old potential at new radius, own shell removed",
+    Field("dphi_old", "float64", "v_NB^2", "old potential at the new radius less the old "
+          "potential at the old radius, own shell removed (the energy correction's first term)",
           saved=False),
 )
 

@@ -514,8 +514,9 @@ class Simulation:
         n_esc += pre[2]
         eb_esc += pre[3]
         stars.old_index = gidx
-        stars.phi_oo = phi_oo
-        stars.phi_on = phi_on
+        # the correction reads only the difference: one field travels through the sort
+        # instead of two (the same bits: it computed phi_on - phi_oo first)
+        stars.dphi_old = phi_on - phi_oo
         stars.r = r_new
         stars.vr = vr_new
         stars.vt = vt_new
@@ -542,7 +543,7 @@ class Simulation:
             phi_at_old = potential_at_sorted_radii(self.r_all, self.phi_all, self.mcum_all,
                                                    r_old_all)
         correct_velocities(self.r_all, self.phi_all, self.offset, stars.m, r_old_all, phi_at_old,
-                           stars.old_index, stars.vr, stars.vt, stars.phi_oo, stars.phi_on,
+                           stars.old_index, stars.vr, stars.vt, stars.dphi_old,
                            deficit)
         d_total = float(allreduce_sum(self.comm, np.array([deficit.sum()]))[0])
         if d_total > 0.0:

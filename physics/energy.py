@@ -32,7 +32,7 @@ TAKE_FRACTION = 0.8
 
 @njit(cache=True, parallel=True)
 def correct_velocities(r_all, phi_all, offset, m, r_old_all, phi_at_old, old_index, vr, vt,
-                       phi_oo, phi_on, deficit):
+                       dphi_old, deficit):
     """Apply the energy correction in place.
 
     Where ``v_new^2 <= 0`` the star keeps its sampled velocity (as the C code does) and the
@@ -57,8 +57,9 @@ def correct_velocities(r_all, phi_all, offset, m, r_old_all, phi_at_old, old_ind
         Each local star's index in ``r_old_all``.
     vr, vt : ndarray
         Sampled velocities at the new radius; corrected in place.
-    phi_oo, phi_on : ndarray
-        Old potential (own shell removed) at the old and at the new radius.
+    dphi_old : ndarray
+        ``U_on - U_oo``: the old potential (own shell removed) at the new radius less that at
+        the old radius.
     deficit : ndarray, shape (nblocks,)
         Output: energy each block could not pay [Hénon energy] (0 nearly always).
     """
@@ -76,7 +77,7 @@ def correct_velocities(r_all, phi_all, offset, m, r_old_all, phi_at_old, old_ind
             u_nn = phi_all[s] + ms / rn
             u_no = phi_at_old[j] + ms / rmax_
             v2 = vr[i] * vr[i] + vt[i] * vt[i]
-            v2new = v2 + (phi_on[i] - phi_oo[i]) + (u_no - u_nn)
+            v2new = v2 + dphi_old[i] + (u_no - u_nn)
             if v2new <= 0.0:
                 owed += 0.5 * ms * (v2 - v2new)
                 continue
@@ -102,7 +103,9 @@ def correct_velocities_reference(r_all, m_all, offset, m, r_old, vr, vt, phi_oo,
     """Plain version of :func:`correct_velocities` from the shell sums of eq 1.
 
     ``r_all, m_all`` are the new sorted radii and masses, ``r_old`` each local star's radius
-    before the orbit step.  Returns ``(vr, vt, deficit)`` (new arrays).
+    before the orbit step, ``phi_oo, phi_on`` the old potential (own shell removed) at its old
+    and new radius (the kernel takes their difference).  Returns ``(vr, vt, deficit)`` (new
+    arrays).
     """
     r_all = np.asarray(r_all, dtype=float)
     m_all = np.asarray(m_all, dtype=float)

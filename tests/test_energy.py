@@ -78,7 +78,7 @@ def test_correct_velocities_matches_reference(offset):
                                                          phi_oo, phi_on)
     deficit = np.zeros(d_ref.size)
     correct_velocities(r_all, phi_all, offset, m, r_old_all, phi_at_old,
-                       old_index[sl].astype(np.int64), vr, vt, phi_oo, phi_on, deficit)
+                       old_index[sl].astype(np.int64), vr, vt, phi_on - phi_oo, deficit)
     assert d_ref.sum() > 0  # the test covers the deficit path
     np.testing.assert_allclose(vr, vr_ref, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(vt, vt_ref, rtol=1e-9, atol=1e-12)
