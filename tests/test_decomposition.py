@@ -433,6 +433,27 @@ def test_local_order_threads(threads, case):
     assert np.array_equal(got, expect)
 
 
+@pytest.mark.parametrize("ranges", [1, 2, 3, 8, 9, 17])
+def test_partition_matches_searchsorted(ranges):
+    """The threaded sort's stable partition (branch-free up to 8 ranges, counted above) equals
+    numpy's searchsorted(side="right") followed by a stable argsort, NaN keys and ties
+    included."""
+    from parallel.sample_sort import _BRANCH_FREE_RANGES, _partition
+
+    assert 8 == _BRANCH_FREE_RANGES  # the cases cover both paths
+    rng = np.random.default_rng(ranges)
+    for n in (0, 1, 997, 5000):
+        key = np.round(rng.random(n) * 20) / 2
+        key[rng.random(n) < 0.01] = np.nan
+        finite = key[~np.isnan(key)]
+        split = np.sort(rng.choice(finite, ranges - 1)) if finite.size else np.zeros(ranges - 1)
+        perm, starts = _partition(key, split)
+        grp = np.searchsorted(split, key, side="right")
+        assert np.array_equal(perm, np.argsort(grp, kind="stable"))
+        assert np.array_equal(starts, np.concatenate(
+            ([0], np.cumsum(np.bincount(grp, minlength=ranges)))))
+
+
 def test_keep_freed_memory_on_glibc():
     """glibc accepts the malloc settings (once per process; the answer is remembered)."""
     import platform
