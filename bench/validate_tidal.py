@@ -77,6 +77,22 @@ def crossing(t: np.ndarray, y: np.ndarray, level: float) -> float:
     return float(t[i - 1] + (t[i] - t[i - 1]) * (y[i - 1] - level) / (y[i - 1] - y[i]))
 
 
+#: Rows (steps) of the running median through which the innermost Lagrange radius is read: at
+#: small N it is the position of one or two stars, and one step's value says nothing about a
+#: collapse (the N0 = 1e5 run's raw r(0.1 %) first dips below a tenth at 0.027 t_rh0).
+SMOOTH_ROWS = 201
+
+
+def running_median(y: np.ndarray, width: int = SMOOTH_ROWS) -> np.ndarray:
+    """Centred running median of ``y`` over ``width`` rows (fewer at the ends: edge-padded)."""
+    y = np.asarray(y, dtype=float)
+    w = max(1, min(width, y.size))
+    w -= 1 - w % 2  # odd
+    half = w // 2
+    padded = np.pad(y, half, mode="edge")
+    return np.median(np.lib.stride_tricks.sliding_window_view(padded, w), axis=1)
+
+
 def analyse_dissolution(out: Path) -> dict:
     from cmc.io import read_diagnostics
 
@@ -105,9 +121,9 @@ def analyse_segregation(out: Path) -> dict:
     i1, i10 = fr.index(0.01), fr.index(0.1)
     i_core = fr.index(0.001)
     r001 = lr[:, i_core]
-    # collapse: the run's stop (N_core <= 100), and the time the 0.1 % Lagrange radius falls
-    # to a tenth of its initial value
-    t_r001 = crossing(t, r001 / r001[0], 0.1)
+    # collapse: the run's stop (N_core <= 100), and the time the 0.1 % Lagrange radius (its
+    # running median) falls to a tenth of its initial value
+    t_r001 = crossing(t, running_median(r001 / r001[0]), 0.1)
     rc = d["r_c"]
     # mass inside r_c at the end: the Lagrange fractions bracket it
     m_core = float(np.interp(np.log(rc[-1]), np.log(lr[-1]), np.log(fr))) if rc[-1] > 0 else 0
@@ -221,7 +237,8 @@ def report(diss: list[dict], seg: dict) -> None:
                   "| quantity | this code | Gürkan et al. 2004 |", "|---|---|---|",
                   f"| t(N_core <= 100) / t_rh0 | {seg['t_cc_trh0']:.3f} ({seg['stop_reason']}) "
                   "| 0.1-0.2 |",
-                  f"| t(r(0.1 %) < 0.1 initial) / t_rh0 | {seg['t_r0.1%_below_0.1_initial']:.3f}"
+                  f"| t(r(0.1 %) < 0.1 initial; running median of {SMOOTH_ROWS} steps) / t_rh0 | "
+                  f"{seg['t_r0.1%_below_0.1_initial']:.3f}"
                   " | 0.1-0.2 |",
                   f"| mass inside r_c at the stop / M | {seg['core_mass_fraction_at_stop']:.1e} "
                   "| ~1e-3 |",
@@ -262,7 +279,10 @@ def report(diss: list[dict], seg: dict) -> None:
                   "one relaxation kick with a 35-114 Msun partner at the centre (73 of 84 in "
                   "400 steps); a 3.7x shorter step that caps almost no pair gives the same rate "
                   "per unit time (57 +- 14 against 66 +- 8 per 0.001 t_rh0), so the pair model "
-                  "converges to them (docs/method.md, \"Few stars carrying the central mass\").",
+                  "converges to them (docs/method.md, \"Few stars carrying the central mass\").  "
+                  "Its r(0.1 %), one or two stars at this N, never falls below a tenth of its "
+                  "initial value in the running median (0.41-0.55 around 0.1 t_rh0; the raw "
+                  "value first dips below it at 0.027 t_rh0).",
                   ""]
     (DOCS / "validation_tidal.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

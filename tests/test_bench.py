@@ -77,3 +77,20 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
     cap = sum(parts.values()) / (0.001 + 0.004)
     assert m["today"][-1] < cap and m["segments"][-1] > m["today"][-1]
     assert m["today"][PS.index(16)] > m["today"][PS.index(8)]
+
+
+def test_segregation_collapse_reads_a_running_median():
+    """The validation's collapse time reads the innermost Lagrange radius through a running
+    median: a few single-step dips (one star's position at small N) do not count, a sustained
+    fall does, at its start within the median's half width."""
+    import numpy as np
+    from validate_tidal import crossing, running_median
+
+    assert np.array_equal(running_median(np.array([1.0, 5, 2, 8, 3]), 3), [1, 2, 5, 3, 3])
+    assert np.array_equal(running_median(np.arange(4.0), 201), np.arange(4.0))
+    t = np.linspace(0.0, 1.0, 2001)
+    y = np.ones_like(t)
+    y[[100, 400, 700]] = 0.01  # isolated dips
+    assert np.isnan(crossing(t, running_median(y), 0.1))
+    y[1200:] = 0.05  # a collapse from t = 0.6 on
+    assert abs(crossing(t, running_median(y), 0.1) - 0.6) <= 101 * (t[1] - t[0])
