@@ -852,36 +852,63 @@ class Simulation:
         star in a step with escapers): ``status`` gets ``ORBIT_REMOVED`` there, the orbit
         kernel skips them and the sort drops them.
 
+        When several leave in the same step, each one's ``phi_s`` holds the others' shells, so
+        the sum of ``m (phi_s + v^2/2)`` counts their mutual energy twice while the potential
+        energy loses it once: the set's mutual energy (all ranks' objects, gathered with the
+        slot masses) is taken off once, on rank 0.  Two stars leaving together from a core of
+        a few dozen lost up to 2.8e-3 of E0 without it.
+
         Returns (energy, mass, number, binding energy) of the removed objects.
         """
         s = self.stars
         e_spec = specific_energies(self.r_all, self.phi_all, gidx, s.m, s.vr, s.vt)
         unbound = e_spec >= 0.0
-        out = (0.0, 0.0, 0, 0.0)
+        energy, out = 0.0, (0.0, 0, 0.0)
         slots = np.zeros(0, dtype=np.int64)
         mass = np.zeros(0)
         if unbound.any():
-            out = (float(np.sum(s.m[unbound] * e_spec[unbound])), float(np.sum(s.m[unbound])),
-                   int(np.count_nonzero(unbound)), self._binding(s, unbound))
+            energy = float(np.sum(s.m[unbound] * e_spec[unbound]))
+            out = (float(np.sum(s.m[unbound])), int(np.count_nonzero(unbound)),
+                   self._binding(s, unbound))
             self._note_escapers(s.take(unbound).as_dict(), self.r_all[gidx[unbound]],
                                 e_spec[unbound], ESCAPE_UNBOUND)
             status[unbound] = ORBIT_REMOVED
             slots = np.unique(gidx[unbound])
             # the mass left at each freed slot: the other rows there (products share slots)
             mass = enc.slot_masses(slots, gidx[~unbound], s.m[~unbound])
-        self._update_slot_masses(slots, mass)
-        return out
+        gone = self._update_slot_masses(slots, mass, gidx[unbound], s.m[unbound])
+        if gone.shape[0] > 1 and self.rank == 0:
+            order = np.argsort(gone[:, 0], kind="stable")
+            energy -= float(mutual_energy(self.r_all[gone[order, 0].astype(np.int64)],
+                                          np.ascontiguousarray(gone[order, 1])))
+        return (energy, *out)
 
-    def _update_slot_masses(self, slots: np.ndarray, slot_mass: np.ndarray) -> None:
+    def _update_slot_masses(self, slots: np.ndarray, slot_mass: np.ndarray,
+                            gone_slots: np.ndarray | None = None,
+                            gone_mass: np.ndarray | None = None) -> np.ndarray:
         """Put the masses of this step's event products into the replicated arrays (every
-        rank's changes, one Allgatherv) and recompute the potential the orbits are drawn in."""
-        mine = np.concatenate([slots.astype(np.float64), slot_mass]).reshape(2, -1).T
-        allc = allgatherv_array(self.comm, np.ascontiguousarray(mine))
-        if allc.shape[0] == 0:
-            return
-        self.m_all = self.m_all.copy()
-        self.m_all[allc[:, 0].astype(np.int64)] = allc[:, 1]
-        self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
+        rank's changes, one Allgatherv) and recompute the potential the orbits are drawn in.
+
+        ``gone_slots, gone_mass`` (slot and mass of each object removed) travel in the same
+        message; returns those of all ranks in global row order, shape (k, 2).
+        """
+        if gone_slots is None:
+            gone_slots, gone_mass = np.zeros(0), np.zeros(0)
+        mine = np.empty((slots.size + gone_slots.size, 3))
+        mine[:slots.size, 0] = slots
+        mine[:slots.size, 1] = slot_mass
+        mine[:slots.size, 2] = 0.0
+        mine[slots.size:, 0] = gone_slots
+        mine[slots.size:, 1] = gone_mass
+        mine[slots.size:, 2] = 1.0
+        allc = allgatherv_array(self.comm, mine)
+        gone = allc[allc[:, 2] == 1.0, :2]
+        upd = allc[allc[:, 2] == 0.0]
+        if upd.shape[0]:
+            self.m_all = self.m_all.copy()
+            self.m_all[upd[:, 0].astype(np.int64)] = upd[:, 1]
+            self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
+        return gone
 
     def _binary_timescales(self) -> tuple[float, float]:
         """T_bs and T_bb (paper eqs 10 and 9, N-body time) of the central 300 stars.
