@@ -487,9 +487,9 @@ class Simulation:
         removed = status == ORBIT_REMOVED
         if removed.any():  # the kernel left their outputs undefined; r is the sort's key
             r_new[removed] = self.r_all[gidx[removed]]
-        w_mutual = 0.0
-        if self.cfg.tidal.mode != "isolated":
-            w_mutual = self._strip(gidx, r_apo, status, r_new, vr_new, vt_new, phi_oo, phi_on)
+        # also in isolated runs: a star the removals above left unbound leaves in the kernel,
+        # and the others' energy correction must see its shell gone (collective)
+        w_mutual = self._strip(gidx, r_apo, status, r_new, vr_new, vt_new, phi_oo, phi_on)
         esc = status != ORBIT_OK  # every row the sort drops
         # the rows leaving now (few; the removed ones were booked before the orbits):
         # m (phi + v^2/2), tidal ones apart from the others
@@ -562,9 +562,14 @@ class Simulation:
                                                  e_strip, m_strip, n_strip,
                                                  self._central_v2()]))
         red, (e_strip, m_strip, n_strip, central_v2) = red[:-4], red[-4:]
-        # the set stripped together: its mutual energy was counted twice in the stars'
-        # m (phi + v^2/2) (every rank holds the same w_mutual)
-        st.e_stripped += e_strip - w_mutual
+        # the set leaving in the orbit step: its mutual energy was counted twice in the
+        # stars' m (phi + v^2/2) (every rank holds the same w_mutual); isolated, they are all
+        # unbound escapers
+        if self.cfg.tidal.mode == "isolated":
+            st.e_escaped -= w_mutual
+            st.e_stripped += e_strip
+        else:
+            st.e_stripped += e_strip - w_mutual
         st.m_stripped += m_strip
         st.n_stripped += int(round(n_strip))
         st.dm_tidal_prev = self._dm_tidal
@@ -788,9 +793,15 @@ class Simulation:
         are gathered in global row order, so the mass, R_t and the set stripped are the same
         bits on any number of ranks and in the serial emulation.
 
+        Isolated runs come here too, for the stars the kernel finds unbound (the pre-orbit
+        removal of unbound objects made the potential shallower): the others' correction is
+        made to see their shells gone, as for stripped stars.  Without it such a star's removal
+        went through the energy correction's average and lost up to 1.8e-4 of E0 at once
+        (Salpeter N = 5000 model).
+
         Sets ``state.r_tidal`` and ``self._dm_tidal`` (the mass that left in the kernel and
-        by stripping).  Returns the mutual energy of all the rows that leave (the double
-        count in their ``m (phi + v^2/2)``).
+        by stripping; 0 when isolated: it only shortens the tidal step).  Returns the mutual
+        energy of all the rows that leave (the double count in their ``m (phi + v^2/2)``).
         """
         st = self.state
         m = self.stars.m
@@ -814,7 +825,7 @@ class Simulation:
                 parts.append(got)
             st.r_tidal = r_t
         left = np.concatenate(parts)
-        self._dm_tidal = float(np.sum(left[:, 1]))
+        self._dm_tidal = float(np.sum(left[:, 1])) if self.cfg.tidal.mode != "isolated" else 0.0
         if left.shape[0] == 0:
             return 0.0
         order = np.argsort(left[:, 0], kind="stable")
