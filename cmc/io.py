@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -279,12 +280,29 @@ def content_digest(fh: h5py.File) -> str:
     return h.hexdigest()
 
 
+#: How long a reader waits while the run holds diagnostics.h5 open for writing without SWMR
+#: (between opening it and switching SWMR on, and while it sets the final attributes) [s].
+OPEN_FOR_WRITE_WAIT_S = 5.0
+
+
 def _open_diagnostics(path: str | os.PathLike) -> h5py.File:
-    """Open diagnostics.h5 for reading, also while a run appends to it (SWMR)."""
-    try:
-        return h5py.File(path, "r", swmr=True, locking=False)
-    except OSError:
-        return h5py.File(path, "r", locking=False)
+    """Open diagnostics.h5 for reading, also while a run appends to it (SWMR).
+
+    The writer holds the file open without SWMR for a moment twice (after opening it, before
+    switching SWMR on; when it sets the final attributes); a reader that comes then is
+    refused ("already open for write") and tries again for up to ``OPEN_FOR_WRITE_WAIT_S``.
+    """
+    deadline = time.monotonic() + OPEN_FOR_WRITE_WAIT_S
+    while True:
+        try:
+            return h5py.File(path, "r", swmr=True, locking=False)
+        except OSError:
+            try:
+                return h5py.File(path, "r", locking=False)
+            except OSError as exc:
+                if "already open for write" not in str(exc) or time.monotonic() > deadline:
+                    raise
+        time.sleep(0.02)
 
 
 def read_diagnostics(path: str | os.PathLike, max_step: int | None = None

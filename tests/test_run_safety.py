@@ -564,3 +564,31 @@ def test_real_disk_full_on_a_tiny_file_system(tmp_path):
     ref = tmp_path / "ref"
     assert main(["run", str(ini), "-o", str(ref)]) == EXIT_OK
     _assert_same_final(ref, out)
+
+
+def test_diagnostics_reader_waits_while_the_writer_is_not_swmr(tmp_path):
+    """A reader that comes while the run holds diagnostics.h5 open for writing without SWMR
+    (opening it, setting the final attributes) waits instead of failing (a `cmc plot` of a
+    live run hit this window)."""
+    from cmc.io import DiagnosticsWriter, read_diagnostics
+
+    path = tmp_path / "diagnostics.h5"
+    DiagnosticsWriter(path, {"n0": 10}, {"step": "1"}, {"step": "step"},
+                      {"step": [0, 1, 2]})
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import h5py, sys, time\n"
+        f"fh = h5py.File({str(path)!r}, 'a', libver='latest', locking=False)\n"
+        "print('open', flush=True)\n"
+        "time.sleep(1.0)\n"
+        "fh.close()\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(OSError, match="already open for write"):
+            h5py.File(path, "r", locking=False)  # the window exists
+        t0 = time.time()
+        d, attrs = read_diagnostics(path)
+        assert time.time() - t0 > 0.3  # it waited for the writer
+        np.testing.assert_array_equal(d["step"], [0, 1, 2])
+        assert attrs["n0"] == 10
+    finally:
+        holder.wait(timeout=30)
