@@ -828,9 +828,7 @@ class Simulation:
         self._dm_tidal = float(np.sum(left[:, 1])) if self.cfg.tidal.mode != "isolated" else 0.0
         if left.shape[0] == 0:
             return 0.0
-        order = np.argsort(left[:, 0], kind="stable")
-        r_s = self.r_all[left[order, 0].astype(np.int64)]
-        m_s = np.ascontiguousarray(left[order, 1])
+        r_s, m_s = self._shells(left)
         # the others' orbits were drawn in a potential that held the leaving stars: the
         # energy correction is made to see them leave at the start of the step (as unbound
         # stars do).  With phi_S their field, v_new^2 = v_old^2 + (U_oo - U_on) - (phi_S(r_o)
@@ -841,6 +839,12 @@ class Simulation:
         phi_oo[ok] += shell_potential(r_s, m_s, self.r_all[gidx[ok]])
         phi_on[ok] += shell_potential(r_s, m_s, r_new[ok])
         return float(mutual_energy(r_s, m_s))
+
+    def _shells(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Radii and masses of gathered (slot, mass) rows, sorted by slot (stably: the same
+        bits on any number of ranks), as :func:`physics.tidal.mutual_energy` takes them."""
+        order = np.argsort(rows[:, 0], kind="stable")
+        return self.r_all[rows[order, 0].astype(np.int64)], np.ascontiguousarray(rows[order, 1])
 
     def _gather_rows(self, slots: np.ndarray, mass: np.ndarray) -> np.ndarray:
         """(slot, mass) rows of every rank in global row order, shape (k, 2) (collective)."""
@@ -889,9 +893,7 @@ class Simulation:
             mass = enc.slot_masses(slots, gidx[~unbound], s.m[~unbound])
         gone = self._update_slot_masses(slots, mass, gidx[unbound], s.m[unbound])
         if gone.shape[0] > 1 and self.rank == 0:
-            order = np.argsort(gone[:, 0], kind="stable")
-            energy -= float(mutual_energy(self.r_all[gone[order, 0].astype(np.int64)],
-                                          np.ascontiguousarray(gone[order, 1])))
+            energy -= float(mutual_energy(*self._shells(gone)))
         return (energy, *out)
 
     def _update_slot_masses(self, slots: np.ndarray, slot_mass: np.ndarray,
@@ -905,13 +907,10 @@ class Simulation:
         """
         if gone_slots is None:
             gone_slots, gone_mass = np.zeros(0), np.zeros(0)
-        mine = np.empty((slots.size + gone_slots.size, 3))
-        mine[:slots.size, 0] = slots
-        mine[:slots.size, 1] = slot_mass
-        mine[:slots.size, 2] = 0.0
-        mine[slots.size:, 0] = gone_slots
-        mine[slots.size:, 1] = gone_mass
-        mine[slots.size:, 2] = 1.0
+        # (slot, mass, 0) for an update, (slot, mass, 1) for an object gone
+        mine = np.column_stack((np.concatenate((slots, gone_slots)).astype(np.float64),
+                                np.concatenate((slot_mass, gone_mass)),
+                                np.repeat([0.0, 1.0], [slots.size, gone_slots.size])))
         allc = allgatherv_array(self.comm, mine)
         gone = allc[allc[:, 2] == 1.0, :2]
         upd = allc[allc[:, 2] == 0.0]
