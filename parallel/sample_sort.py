@@ -319,9 +319,9 @@ def _dtype_signature(dtype: np.dtype) -> int:
 # ---------------------------------------------------------------------------
 
 
-# Threads: numpy's argsort is the fastest local sort here (SIMD quicksort) but runs on one core.
-# The keys are cut at T - 1 splitters (quantiles of a regular sample) into T ranges, and each
-# range is argsorted by numpy in its own Python thread (numpy releases the GIL while sorting).
+# Threads: the local sort (:func:`bucket_argsort`) runs on one core.  The keys are cut at
+# T - 1 splitters (quantiles of a regular sample) into T ranges, and each range is argsorted in
+# its own Python thread (the sort is compiled ``nogil``; numpy's releases the GIL too).
 # Every key's range is fixed by its value, and ties are ordered by the tiebreak, so the
 # permutation is the same for any number of threads: the one-thread argsort's.
 
@@ -396,7 +396,8 @@ def _threaded_order(key: np.ndarray, tiebreak: np.ndarray | None, threads: int) 
 
     def one(g: int) -> np.ndarray:
         p = perm[starts[g]:starts[g + 1]]
-        # numpy only in these threads (numba's workqueue layer is not re-entrant)
+        # no parallel numba kernel in these threads (the workqueue layer is not re-entrant):
+        # np.take, and the serial nogil bucket sort
         return p[_serial_order(key[p], None if tiebreak is None else tiebreak[p],
                                np.take)]
 
@@ -427,6 +428,105 @@ def _local_order(
     return _serial_order(key, tiebreak, gather_rows, sorted_runs)
 
 
+#: Bucket-sort buckets per key, as a power of two above the key count (2 to 4 per key).
+_BUCKET_EXTRA_BITS = 1
+#: A bucket with more keys than this is sorted by a merge sort instead of insertion.
+_BUCKET_INSERTION_MAX = 48
+#: Fewer float64 keys than this are argsorted by numpy (the bucket sort's setup would dominate).
+BUCKET_SORT_MIN = 512
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _order_key(v, bits):
+    """An unsigned integer that orders as ``v`` does in numpy's sort (NaN last, -0.0 == 0.0).
+
+    ``bits`` is ``v``'s IEEE-754 bit pattern: positive floats order as their patterns, negative
+    ones reversed; the sign bit is flipped so that every negative key is below every positive.
+    """
+    top = np.uint64(1) << np.uint64(63)
+    if v != v:
+        return ~np.uint64(0)
+    w = bits if v != 0.0 else np.uint64(0)
+    if w & top:
+        return ~w
+    return w | top
+
+
+@njit(cache=True, nogil=True)
+def bucket_argsort(x: np.ndarray) -> np.ndarray:
+    """Stable argsort of float64 keys: ``numpy.argsort(x, kind="stable")``, bit for bit.
+
+    One counting pass over 2-4 buckets per key, cut uniformly in the keys' ordered bit
+    patterns (:func:`_order_key`, about log2 of the value: radii spread over decades fill the
+    buckets evenly), one scatter, then an insertion sort inside each bucket (a merge sort
+    for a bucket of more than ``_BUCKET_INSERTION_MAX`` keys, should outliers stretch the
+    range).  Four passes of sequential or bucket-local memory access: 1.3 against numpy's
+    5.3 ms for 1e5 radii, 31 against 82 ms for 1e6, on the CI machine kind (numpy's sort
+    there is not the SIMD one).  ``nogil``: the threaded sort runs it on Python threads.
+    """
+    n = x.shape[0]
+    idx = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return idx
+    xb = x.view(np.uint64)
+    k = np.empty(n, dtype=np.uint64)
+    kmin = ~np.uint64(0)
+    kmax = np.uint64(0)
+    for i in range(n):
+        w = _order_key(x[i], xb[i])
+        k[i] = w
+        kmin = min(kmin, w)
+        kmax = max(kmax, w)
+    dbits = _BUCKET_EXTRA_BITS
+    while (1 << dbits) < n:
+        dbits += 1
+    span = kmax - kmin
+    sh = 0
+    while (span >> np.uint64(sh)) >= (np.uint64(1) << np.uint64(dbits)):
+        sh += 1
+    ush = np.uint64(sh)
+    nb = int(span >> ush) + 1
+    start = np.zeros(nb + 1, dtype=np.int32)
+    for i in range(n):
+        start[int((k[i] - kmin) >> ush) + 1] += 1
+    for b in range(nb):
+        start[b + 1] += start[b]
+    fill = start[:-1].copy()
+    ks = np.empty(n, dtype=np.uint64)
+    for i in range(n):  # in input order: stable
+        w = k[i]
+        d = int((w - kmin) >> ush)
+        j = fill[d]
+        fill[d] = j + 1
+        ks[j] = w
+        idx[j] = i
+    for b in range(nb):
+        lo = start[b]
+        hi = start[b + 1]
+        if hi - lo > _BUCKET_INSERTION_MAX:
+            o = np.argsort(ks[lo:hi], kind="mergesort")
+            idx[lo:hi] = idx[lo:hi][o]
+            continue
+        for i in range(lo + 1, hi):  # moves only strictly greater keys: stable
+            w = ks[i]
+            ii = idx[i]
+            j = i - 1
+            while j >= lo and ks[j] > w:
+                ks[j + 1] = ks[j]
+                idx[j + 1] = idx[j]
+                j -= 1
+            ks[j + 1] = w
+            idx[j + 1] = ii
+    return idx
+
+
+def _argsort_keys(key: np.ndarray) -> np.ndarray:
+    """Stable argsort of unordered keys: :func:`bucket_argsort` for many float64 keys."""
+    if key.dtype == np.float64 and key.ndim == 1 and key.size >= BUCKET_SORT_MIN:
+        return bucket_argsort(np.ascontiguousarray(key))
+    return np.argsort(key, kind="stable")
+
+
 def _serial_order(
     key: np.ndarray, tiebreak: np.ndarray | None, take, sorted_runs: bool = False
 ) -> np.ndarray:
@@ -439,18 +539,20 @@ def _serial_order(
     sorted_runs : bool, optional
         The data are a concatenation of a few sorted runs (the merge phase);
         timsort (``kind='stable'``) merges those in ``O(n log runs)``, while
-        numpy's SIMD quicksort is faster on unordered data.
+        the bucket sort (:func:`_argsort_keys`) is faster on unordered data.
 
     Notes
     -----
     Only elements whose key repeats need the tiebreak; they are re-sorted
     by ``(run of equal keys, tiebreak)``, which is cheap when ties are rare.
-    Without ties the order is unique, so the unstable quicksort is still
-    deterministic.
+    Both sorts are stable, so the order is unique with or without ties.
     """
-    if tiebreak is None:  # ties by position: the same order whatever the threads
-        return np.argsort(key, kind="stable")
-    order = np.argsort(key, kind="stable" if sorted_runs else None)
+    if sorted_runs:
+        order = np.argsort(key, kind="stable")
+    else:  # ties by position: the same order whatever the threads
+        order = _argsort_keys(key)
+    if tiebreak is None:
+        return order
     if key.size < 2:
         return order
     ks = take(key, order)

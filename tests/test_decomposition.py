@@ -454,6 +454,33 @@ def test_partition_matches_searchsorted(ranges):
             ([0], np.cumsum(np.bincount(grp, minlength=ranges)))))
 
 
+@pytest.mark.parametrize("case", ["radii", "normal", "ties", "outliers", "special"])
+def test_bucket_argsort_equals_numpy_stable(case):
+    """The local sort's bucket sort gives numpy's stable argsort exactly: negative keys, ties
+    (in input order), +-0.0 (equal), +-inf, NaN (last, in input order), denormals, keys
+    spread over 60 decades (the ordinary keys crowd into a few buckets, which are
+    merge-sorted), and sizes from empty to many buckets."""
+    from parallel.sample_sort import bucket_argsort
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 3, 17, 1000, 40_000):
+        if case == "radii":
+            x = 1.0 / np.sqrt(rng.random(n) ** (-2.0 / 3.0) - 1.0)
+        elif case == "normal":
+            x = rng.standard_normal(n)
+        elif case == "ties":
+            x = np.round(rng.random(n) * 50) / 7 - 3
+        elif case == "outliers":
+            x = rng.random(n)
+            x[: min(n, 2)] = [1e-30, 1e30][: min(n, 2)]
+        else:
+            pool = np.array([3.0, np.nan, -0.0, 0.0, np.inf, -np.inf, -2.0, 1e-300, 5e-324,
+                             -5e-324, -np.nan, 1.0])
+            x = rng.choice(pool, n)
+        got = bucket_argsort(x)
+        assert np.array_equal(got, np.argsort(x, kind="stable")), (case, n)
+
+
 def test_keep_freed_memory_on_glibc():
     """glibc accepts the malloc settings (once per process; the answer is remembered)."""
     import platform
