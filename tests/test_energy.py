@@ -20,10 +20,11 @@ from physics.potential import (
 )
 
 
-@pytest.mark.parametrize("n", [3000, 3 * MERGE_CHUNK])
+@pytest.mark.parametrize("n", [1, 2, 5, 3000, 3 * MERGE_CHUNK])
 def test_potential_at_sorted_radii_matches_search(n):
     """The chunked merge (several chunks at the larger n, some starting on a star's own
-    radius) gives each point the bisection's bits, on any number of threads."""
+    radius; four interleaved walks per chunk, some of them empty at the smallest n) gives
+    each point the bisection's bits, on any number of threads."""
     gen = np.random.default_rng(3)
     r = np.sort(gen.exponential(1.0, n))
     m = gen.uniform(0.5, 1.5, r.size) / r.size
