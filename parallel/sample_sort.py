@@ -320,10 +320,11 @@ def _dtype_signature(dtype: np.dtype) -> int:
 
 
 # Threads: the local sort (:func:`bucket_argsort`) runs on one core.  The keys are cut at
-# T - 1 splitters (quantiles of a regular sample) into T ranges, and each range is argsorted in
-# its own Python thread (the sort is compiled ``nogil``; numpy's releases the GIL too).
-# Every key's range is fixed by its value, and ties are ordered by the tiebreak, so the
-# permutation is the same for any number of threads: the one-thread argsort's.
+# T - 1 splitters (quantiles of a regular sample) into T ranges, and each range is sorted on
+# its own thread (numba's, :func:`_sort_ranges`; keys other than float64 by numpy in Python
+# threads, which release the GIL).  Every key's range is fixed by its value, and ties are
+# ordered by the tiebreak, so the permutation is the same for any number of threads: the
+# one-thread sort's.
 
 #: Fewer keys than this are sorted on one thread (thread hand-off costs ~50 microseconds).
 THREADED_SORT_MIN = 20_000
@@ -387,12 +388,34 @@ def _partition(key, split):
     return perm, starts
 
 
+@njit(cache=True, parallel=True)
+def _sort_ranges(key, perm, starts):
+    """``perm`` with each range ``starts[g] .. starts[g+1]`` put in stable key order (one
+    range per loop iteration, on numba's threads)."""
+    out = np.empty_like(perm)
+    for g in prange(starts.shape[0] - 1):
+        p = perm[starts[g]:starts[g + 1]]
+        sub = np.empty(p.shape[0])
+        for i in range(p.shape[0]):
+            sub[i] = key[p[i]]
+        o = bucket_argsort(sub)
+        for i in range(p.shape[0]):
+            out[starts[g] + i] = p[o[i]]
+    return out
+
+
 def _threaded_order(key: np.ndarray, tiebreak: np.ndarray | None, threads: int) -> np.ndarray:
     """:func:`_local_order` on ``threads`` threads (same permutation)."""
     n = key.size
     sample = np.sort(key[:: max(1, n // (64 * threads))])
     split = np.ascontiguousarray(sample[(np.arange(1, threads) * sample.size) // threads])
     perm, starts = _partition(np.ascontiguousarray(key), split)
+    if key.dtype == np.float64:
+        # ranges hold increasing, disjoint key intervals (equal keys share a range) and each
+        # range's rows are in input order, so stable sorts of the ranges make the stable
+        # order of all: ties then as the serial path orders them
+        order = _sort_ranges(np.ascontiguousarray(key), perm, starts)
+        return order if tiebreak is None else _order_ties(key, tiebreak, order, gather_rows)
 
     def one(g: int) -> np.ndarray:
         p = perm[starts[g]:starts[g + 1]]
@@ -428,8 +451,9 @@ def _local_order(
     return _serial_order(key, tiebreak, gather_rows, sorted_runs)
 
 
-#: Bucket-sort buckets per key, as a power of two above the key count (2 to 4 per key).
-_BUCKET_EXTRA_BITS = 1
+#: Bucket count: the power of two at or above the key count, times 2**this (1 to 2 per key:
+#: 0 measured faster inside the step than 1, whose larger table leaves the cache).
+_BUCKET_EXTRA_BITS = 0
 #: A bucket with more keys than this is sorted by a merge sort instead of insertion.
 _BUCKET_INSERTION_MAX = 48
 #: Fewer float64 keys than this are argsorted by numpy (the bucket sort's setup would dominate).
@@ -456,13 +480,14 @@ def _order_key(v, bits):
 def bucket_argsort(x: np.ndarray) -> np.ndarray:
     """Stable argsort of float64 keys: ``numpy.argsort(x, kind="stable")``, bit for bit.
 
-    One counting pass over 2-4 buckets per key, cut uniformly in the keys' ordered bit
+    One counting pass over 1-2 buckets per key, cut uniformly in the keys' ordered bit
     patterns (:func:`_order_key`, about log2 of the value: radii spread over decades fill the
     buckets evenly), one scatter, then an insertion sort inside each bucket (a merge sort
     for a bucket of more than ``_BUCKET_INSERTION_MAX`` keys, should outliers stretch the
     range).  Four passes of sequential or bucket-local memory access: 1.3 against numpy's
     5.3 ms for 1e5 radii, 31 against 82 ms for 1e6, on the CI machine kind (numpy's sort
-    there is not the SIMD one).  ``nogil``: the threaded sort runs it on Python threads.
+    there is not the SIMD one).  The threaded sort runs it on numba's threads, one key range
+    each (:func:`_sort_ranges`).
     """
     n = x.shape[0]
     idx = np.empty(n, dtype=np.int64)
@@ -553,6 +578,12 @@ def _serial_order(
         order = _argsort_keys(key)
     if tiebreak is None:
         return order
+    return _order_ties(key, tiebreak, order, take)
+
+
+def _order_ties(key: np.ndarray, tiebreak: np.ndarray, order: np.ndarray, take) -> np.ndarray:
+    """``order`` (a stable order of ``key``) with each run of equal keys ordered by
+    ``tiebreak`` (``take(a, idx)`` is ``a[idx]``)."""
     if key.size < 2:
         return order
     ks = take(key, order)
