@@ -890,7 +890,7 @@ class Simulation:
             status[unbound] = ORBIT_REMOVED
             slots = np.unique(gidx[unbound])
             # the mass left at each freed slot: the other rows there (products share slots)
-            mass = enc.slot_masses(slots, gidx[~unbound], s.m[~unbound])
+            mass = enc.slot_masses(slots, gidx, s.m, skip=unbound)
         gone = self._update_slot_masses(slots, mass, gidx[unbound], s.m[unbound])
         if gone.shape[0] > 1 and self.rank == 0:
             energy -= float(mutual_energy(*self._shells(gone)))

@@ -748,14 +748,22 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     return out, gidx, block_start, counts, slots, slot_masses(slots, gidx, out["m"])
 
 
-def slot_masses(slots: np.ndarray, gidx: np.ndarray, m: np.ndarray) -> np.ndarray:
+def slot_masses(slots: np.ndarray, gidx: np.ndarray, m: np.ndarray,
+                skip: np.ndarray | None = None) -> np.ndarray:
     """Mass at each of the sorted ``slots``: the sum of the rows there (``gidx`` each row's
-    slot), in row order; 0 where no row is left."""
+    slot; rows where ``skip`` is True left out), in row order; 0 where no row is left."""
     mass = np.zeros(slots.size)
     if slots.size:
-        k = np.minimum(np.searchsorted(slots, gidx), slots.size - 1)
-        at = slots[k] == gidx
-        np.add.at(mass, k[at], m[at])
+        # the few rows at a listed slot, by one lookup each in a table of the slots (a search
+        # of every row's slot cost 0.3 ms at 1e5 rows, in every step with an escaper)
+        top = int(slots[-1]) + 1
+        listed = np.zeros(top + 1, dtype=bool)
+        listed[slots] = True
+        at = listed[np.minimum(gidx, top)]
+        if skip is not None:
+            at &= ~skip
+        rows = np.flatnonzero(at)  # increasing: the sums keep row order
+        np.add.at(mass, np.searchsorted(slots, gidx[rows]), m[rows])
     return mass
 
 

@@ -452,3 +452,28 @@ def test_cli_run_with_binaries_and_plot(tmp_path):
     assert attrs["stop_reason"] == "max_steps"  # no core-collapse stop with binaries
     assert main(["plot", str(out)]) == 0
     assert (out / "evolution.png").stat().st_size > 1000
+
+
+def test_slot_masses_match_a_plain_sum():
+    """The mass at each listed slot: the rows there summed in row order (several rows may share
+    a slot, as an encounter's products do), skipped rows left out, rows beyond the last
+    listed slot and unlisted slots ignored; 0 where no row is left."""
+    from physics.encounters import slot_masses
+
+    rng = np.random.default_rng(11)
+    for trial in range(20):
+        n = int(rng.integers(0, 300))
+        gidx = rng.integers(0, 200, n)
+        m = rng.random(n)
+        skip = rng.random(n) < 0.2
+        slots = np.unique(rng.integers(0, 220, int(rng.integers(0, 12))))
+        expect = np.zeros(slots.size)
+        for i in range(n):  # row order
+            if skip[i]:
+                continue
+            hit = np.flatnonzero(slots == gidx[i])
+            if hit.size:
+                expect[hit[0]] += m[i]
+        assert np.array_equal(slot_masses(slots, gidx, m, skip=skip), expect)
+        keep = ~skip
+        assert np.array_equal(slot_masses(slots, gidx[keep], m[keep]), expect)
