@@ -182,6 +182,11 @@ def _table(header: str, names: list[str], columns: list[np.ndarray],
     return f"# {header}\n{' '.join(heads)}\n" + (rows + "\n" if rows else "")
 
 
+def _or_zero(a: np.ndarray) -> np.ndarray:
+    """A column of an older run without it (NA) read as 0."""
+    return np.where(a == NA, 0.0, a)
+
+
 def dyn_dat(d: dict[str, np.ndarray]) -> str:
     """CMC's dyn.dat from diagnostics.h5 columns."""
     n = d["step"].size
@@ -192,7 +197,7 @@ def dyn_dat(d: dict[str, np.ndarray]) -> str:
 
     e_bin = col("E_binding")
     etot = col("K") + col("W") + e_bin
-    eoops = 0.0 - (col("E_oops") + col("E_mergers"))  # 0.0 - x: no "-0" in the table
+    eoops = 0.0 - (col("E_oops") + col("E_mergers") + _or_zero(col("E_integrator")))  # no "-0"
     vr = np.where(col("W") != 0, -2.0 * col("K") / np.where(col("W") != 0, col("W"), 1.0), 0.0)
     values = {
         "t": col("time"), "Dt": col("dt"), "tcount": col("step"), "N": col("N"), "M": col("M"),

@@ -101,7 +101,8 @@ DIAG_UNITS = {
     "r_c": "r_vir", "rho_c": "M0 r_vir^-3", "lagrange_radii": "r_vir", "m_mean_lagrange": "M0",
     "E_binding": "E_NB", "E_binding_escaped": "E_NB", "E_encounters": "E_NB",
     "E_three_body": "E_NB", "E_taken": "E_NB", "E_oops": "E_NB", "E_slots": "E_NB",
-    "E_ejected": "E_NB", "E_mergers": "E_NB", "time_myr": "Myr", "r_tidal": "r_vir",
+    "E_ejected": "E_NB", "E_mergers": "E_NB", "E_integrator": "E_NB", "time_myr": "Myr",
+    "r_tidal": "r_vir",
     "M_stripped": "M0", "N_stripped": "objects", "E_stripped": "E_NB",
     "n_stripped_step": "objects per step",
     "T_bs": "t_NB", "T_bb": "t_NB",
@@ -147,6 +148,7 @@ class RunState:
     e_slots: float = 0.0
     e_ejected: float = 0.0
     e_mergers: float = 0.0
+    e_integrator: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""
@@ -588,6 +590,7 @@ class Simulation:
         st.n_escaped += int(round(ev["n_ejected"]))
         st.e_ejected += ev["e_ejected"] + ev["e_bind_ejected"]
         st.e_mergers += ev["e_mergers"]
+        st.e_integrator += ev["e_integrator"]
         n_p1 = red[-1]
         self._n_p1 += int(n_p1)
         if self._n_p1 and (not self._p1_warned
@@ -1035,10 +1038,10 @@ class Simulation:
         r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]), self.mcum_all)[0])
         r_c, rho_c, n_core = core_properties(self.r_all, self.m_all, r_h)
         # the whole budget: bound, escaped, binaries' internal energy (bound and escaped),
-        # less what binary processes owe and could not take from their neighbours and what
-        # mergers dissipated
+        # less what binary processes owe and could not take from their neighbours, what
+        # mergers dissipated and the few-body integrator's energy error
         e_tot = (k + w + st.e_escaped + st.e_stripped + e_bind + st.e_bind_escaped - st.e_oops
-                 - st.e_mergers)
+                 - st.e_mergers - st.e_integrator)
         f_bin_core = 0.0
         if s.has_binary_fields:
             n_obj_core = int(np.searchsorted(self.r_all, r_c, side="right"))
@@ -1062,6 +1065,7 @@ class Simulation:
             "binary_fraction_core": f_bin_core, "E_encounters": st.e_encounters,
             "E_three_body": st.e_three_body, "E_taken": st.e_taken, "E_oops": st.e_oops,
             "E_slots": st.e_slots, "E_ejected": st.e_ejected, "E_mergers": st.e_mergers,
+            "E_integrator": st.e_integrator,
             "r_tidal": st.r_tidal, "M_stripped": st.m_stripped, "N_stripped": st.n_stripped,
             "E_stripped": st.e_stripped,
             "r_max": float(self.r_all[-1]) if self.n_total else 0.0, "v0_rms": v0_rms,
@@ -1332,7 +1336,7 @@ DIAG_MEANINGS = {
     "E_escaped": "energy carried away by other escapers (unbound, ejected; kinetic + "
                  "potential at escape)",
     "E_tot": "K + W + E_escaped + E_stripped + E_binding + E_binding_escaped - E_oops "
-             "- E_mergers (conserved)",
+             "- E_mergers - E_integrator (conserved)",
     "time_myr": "time in Myr", "r_tidal": "tidal radius (0: isolated)",
     "M_stripped": "mass stripped by the tidal field (apocentre beyond r_tidal)",
     "N_stripped": "objects stripped by the tidal field",
@@ -1356,7 +1360,10 @@ DIAG_MEANINGS = {
     "E_oops": "energy owed by binary processes and not found in the neighbours",
     "E_slots": "energy change of the shells from product masses, compensated in speeds",
     "E_ejected": "energy of products ejected at once (unbound)",
-    "E_mergers": "energy dissipated by mergers", "dt": "time step of the step",
+    "E_mergers": "energy dissipated by mergers",
+    "E_integrator": "energy the few-body integrations gained (their error, within "
+                    "binaries.energy_tol of each encounter)",
+    "dt": "time step of the step",
     "trials_per_star": "rejection-sampling trials per star",
     "bound_violations": "stars whose new orbit missed the energy bound",
     "beta_mean": "mean deflection angle of the step", "beta_capped": "pairs with the "

@@ -76,7 +76,7 @@ COUNT_NAMES = (
     "n_binary_single", "n_binary_binary", "n_exchanges", "n_ionisations", "n_mergers",
     "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
     "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
-    "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers",
+    "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers", "e_integrator",
 )
 #: Index of each counter in the array :func:`apply_events` returns.
 C = {name: k for k, name in enumerate(COUNT_NAMES)}
@@ -458,6 +458,12 @@ def _kinetic(recs) -> float:
     return sum(0.5 * r["m"] * (r["vr"] ** 2 + r["vt"] ** 2) for r in recs)
 
 
+def _internal(recs) -> float:
+    """Internal (binding) energy of the binaries among ``recs``, as E_binding counts it."""
+    return sum(float(binding_energy(r["bin_m1"], r["bin_m2"], r["bin_a"]))
+               for r in recs if r["binind"] >= 0)
+
+
 def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: BinaryPhysics
                      ) -> tuple[fewbody.InitialState, float]:
     """Draw the encounter of local rows (i, i + 1): its initial state and the spin angle of
@@ -495,6 +501,7 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
             a_, b_ = int(rec["bin_id1"]), int(rec["bin_id2"])
             old_ids[(min(a_, b_), max(a_, b_))] = int(rec["id"])
     k_before = _kinetic((ri, rj))
+    eb_before = _internal((ri, rj))
     new_recs: list[dict] = []
     e_outer = 0.0
     for p in out.products:
@@ -521,6 +528,11 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
     # product: its negative binding energy leaves the budget), booked so E_tot is kept
     counts[C["e_mergers"]] += out.de_merger
     counts[C["e_encounters"]] += _kinetic(new_recs) - k_before
+    # what the cluster's budget changes by, all of it the integrator's energy error: the
+    # products' kinetic and internal energy (a stable triple's outer orbit is paid for
+    # below, from the neighbours or as e_oops, so it counts), less what mergers dissipated
+    counts[C["e_integrator"]] += (_kinetic(new_recs) - k_before + _internal(new_recs)
+                                  - eb_before + e_outer - out.de_merger)
     blk.place([i, j], [(i if k == 0 else j, rec) for k, rec in enumerate(new_recs)], counts)
     if e_outer < 0.0:
         taken, left = blk.take_energy(-e_outer, new_recs)

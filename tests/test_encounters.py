@@ -203,8 +203,9 @@ def _energy(t: dict, gidx: np.ndarray, r_slots: np.ndarray) -> float:
 
 @pytest.mark.parametrize("case", ["bs", "bb"])
 def test_encounter_write_back_conserves_energy_mass_and_stars(case):
-    """K + E_binding changes by the integrator's error only (1e-6 of the binding energy);
-    masses and star ids are conserved; products sit in the pair's slots of their block."""
+    """K + E_binding changes by the integrator's error only (1e-6 of the binding energy), which
+    e_integrator books to rounding; masses and star ids are conserved; products sit in the
+    pair's slots of their block."""
     rng = np.random.default_rng(5)
     n = 60
     bins = {21: (2e-4, 0.3, 0.8)}
@@ -221,6 +222,9 @@ def test_encounter_write_back_conserves_energy_mass_and_stars(case):
     # what an ejected product carried off (energy in the others' potential, internal energy)
     e1 = _energy(out, gidx, t["r"]) + counts[C["e_ejected"]] + counts[C["e_bind_ejected"]]
     assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
+    # ... and that error is what e_integrator books: with it the budget closes to rounding
+    assert counts[C["e_integrator"]] != 0.0
+    assert abs(e1 - counts[C["e_integrator"]] - e0) < 1e-14 * abs(e0)
     if counts[C["n_ejected"]] == 0:
         # the kinetic energy changes by the encounter's release and the slots' correction
         assert counts[C["e_encounters"]] + counts[C["e_slots"]] == pytest.approx(
@@ -244,7 +248,8 @@ def test_sticky_sphere_mergers_in_the_cluster():
     """Stars with radii (radius_unit > 0) merge in encounters: the merger product keeps the
     smallest id and the summed mass; the mechanical energy the merger changed (the pair's
     orbital energy, gone into the product) is booked (e_mergers),
-    so K + W + E_binding + ejected - e_mergers is conserved to the integrator's error."""
+    so K + W + E_binding + ejected - e_mergers is conserved to the integrator's error, and
+    to rounding with e_integrator taken out."""
     rng = np.random.default_rng(5)
     n = 60
     t = _table(n, rng, {21: (2e-4, 0.3, 0.8)})
@@ -265,6 +270,7 @@ def test_sticky_sphere_mergers_in_the_cluster():
     e1 = (_energy(out, gidx, t["r"]) + counts[C["e_ejected"]] + counts[C["e_bind_ejected"]]
           - counts[C["e_mergers"]] - counts[C["e_oops"]])
     assert abs(e1 - e0) < 1e-6 * abs(_binding(t))
+    assert abs(e1 - counts[C["e_integrator"]] - e0) < 1e-14 * abs(e0)
     assert out["m"].sum() + counts[C["m_ejected"]] == pytest.approx(1.0, rel=1e-14)
     left = set(_star_ids(out))
     assert left < ids0 and len(left) <= len(ids0) - counts[C["n_mergers"]]
@@ -461,7 +467,7 @@ def test_slot_masses_match_a_plain_sum():
     from physics.encounters import slot_masses
 
     rng = np.random.default_rng(11)
-    for trial in range(20):
+    for _ in range(20):
         n = int(rng.integers(0, 300))
         gidx = rng.integers(0, 200, n)
         m = rng.random(n)
