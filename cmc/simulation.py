@@ -447,7 +447,7 @@ class Simulation:
             t3 = time.perf_counter()
             self.timers["relaxation"] += t3 - t2
             ejected: list = []
-            fields, gidx, block_start, counts, slots, slot_mass = enc.apply_events(
+            fields, gidx, block_start, counts, slots, slot_mass, changes = enc.apply_events(
                 stars.as_dict(), self.offset, self.r_all, self.phi_all, states, *sel,
                 self.phys, self._integrate_encounters, ejected=ejected)
             if ejected:
@@ -467,7 +467,11 @@ class Simulation:
         self.timers["relaxation"] += t3 - t2
         t3 = self._wait_for_ranks(t3)
         if slots is not None:  # the products' masses into the potential (collective)
-            self._update_slot_masses(slots, slot_mass)
+            _, changes_all = self._update_slot_masses(slots, slot_mass, changes=changes)
+            # the pair energy between different events' shell changes: W has it, no event
+            # paid it (each booked its own against the old potential); every rank adds the
+            # same number
+            st.e_oops += enc.cross_event_energy(changes_all, self.r_all)
         # unbound objects leave before the orbits are drawn (collective); their rows stay,
         # marked ORBIT_REMOVED: the orbit kernel skips them and the sort drops them
         status = np.zeros(n, dtype=np.int8)
@@ -894,34 +898,45 @@ class Simulation:
             slots = np.unique(gidx[unbound])
             # the mass left at each freed slot: the other rows there (products share slots)
             mass = enc.slot_masses(slots, gidx, s.m, skip=unbound)
-        gone = self._update_slot_masses(slots, mass, gidx[unbound], s.m[unbound])
+        gone, _ = self._update_slot_masses(slots, mass, gidx[unbound], s.m[unbound])
         if gone.shape[0] > 1 and self.rank == 0:
             energy -= float(mutual_energy(*self._shells(gone)))
         return (energy, *out)
 
     def _update_slot_masses(self, slots: np.ndarray, slot_mass: np.ndarray,
                             gone_slots: np.ndarray | None = None,
-                            gone_mass: np.ndarray | None = None) -> np.ndarray:
+                            gone_mass: np.ndarray | None = None,
+                            changes: np.ndarray | None = None
+                            ) -> tuple[np.ndarray, np.ndarray]:
         """Put the masses of this step's event products into the replicated arrays (every
         rank's changes, one Allgatherv) and recompute the potential the orbits are drawn in.
 
-        ``gone_slots, gone_mass`` (slot and mass of each object removed) travel in the same
-        message; returns those of all ranks in global row order, shape (k, 2).
+        ``gone_slots, gone_mass`` (slot and mass of each object removed) and ``changes``
+        (rows ``(event key, slot, mass change)`` of the events, :func:`apply_events`) travel in
+        the same message; returns those of all ranks in global row order: (slot, mass) of the
+        removed, shape (k, 2), and the changes, shape (j, 3).
         """
         if gone_slots is None:
             gone_slots, gone_mass = np.zeros(0), np.zeros(0)
-        # (slot, mass, 0) for an update, (slot, mass, 1) for an object gone
-        mine = np.column_stack((np.concatenate((slots, gone_slots)).astype(np.float64),
-                                np.concatenate((slot_mass, gone_mass)),
-                                np.repeat([0.0, 1.0], [slots.size, gone_slots.size])))
+        if changes is None:
+            changes = np.zeros((0, 3))
+        # (slot, mass, 0, 0) for an update, (slot, mass, 1, 0) for an object gone,
+        # (slot, mass change, 2, event key) for an event's change
+        nu, ng, nc = slots.size, gone_slots.size, changes.shape[0]
+        mine = np.column_stack((
+            np.concatenate((slots, gone_slots, changes[:, 1])).astype(np.float64),
+            np.concatenate((slot_mass, gone_mass, changes[:, 2])),
+            np.repeat([0.0, 1.0, 2.0], [nu, ng, nc]),
+            np.concatenate((np.zeros(nu + ng), changes[:, 0]))))
         allc = allgatherv_array(self.comm, mine)
         gone = allc[allc[:, 2] == 1.0, :2]
+        ev = allc[allc[:, 2] == 2.0]
         upd = allc[allc[:, 2] == 0.0]
         if upd.shape[0]:
             self.m_all = self.m_all.copy()
             self.m_all[upd[:, 0].astype(np.int64)] = upd[:, 1]
             self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
-        return gone
+        return gone, ev[:, [3, 0, 1]]
 
     def _binary_timescales(self) -> tuple[float, float]:
         """T_bs and T_bb (paper eqs 10 and 9, N-body time) of the central 300 stars.

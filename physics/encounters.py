@@ -292,6 +292,8 @@ class _Block:
         self.extra: list[tuple[int, dict]] = []
         #: products ejected at once: (row as it left, radius, specific energy)
         self.ejected: list[tuple[dict, float, float]] = []
+        #: per event placed: (its first input's slot, {slot: mass change}), in event order
+        self.changes: list[tuple[int, dict[int, float]]] = []
 
     def row(self, i: int) -> dict:
         return self.rows[i - self.i0]
@@ -347,11 +349,16 @@ class _Block:
                     break
         for i in inputs:
             self.rows[i - self.i0] = None
+        dm: dict[int, float] = {}
+        for g, m in old:
+            dm[g] = dm.get(g, 0.0) - m
         for i, rec in products:
+            dm[g_of[i]] = dm.get(g_of[i], 0.0) + float(rec["m"])
             if self.rows[i - self.i0] is None:
                 self.rows[i - self.i0] = rec
             else:
                 self.extra.append((g_of[i], rec))
+        self.changes.append((g_of[inputs[0]], dm))
 
     def take_energy(self, amount: float, skip: list[dict]) -> tuple[float, float]:
         """Take ``amount`` of kinetic energy from this block's rows other than the records in
@@ -682,7 +689,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
         integrate_all([], phys.settings)
         gidx = np.arange(offset, offset + n, dtype=np.int64)
         block_start = np.minimum(np.arange(nb + 1, dtype=np.int64) * MIN_CHUNK, n)
-        return fields, gidx, block_start, counts, np.zeros(0, np.int64), np.zeros(0)
+        return (fields, gidx, block_start, counts, np.zeros(0, np.int64), np.zeros(0),
+                np.zeros((0, 3)))
     blocks: dict[int, _Block] = {}
 
     def block(b: int) -> _Block:
@@ -757,7 +765,42 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     # every slot of the touched blocks, with the mass now there
     slots = np.concatenate([np.arange(offset + blocks[b].i0, offset + blocks[b].i1)
                             for b in sorted(blocks)]).astype(np.int64)
-    return out, gidx, block_start, counts, slots, slot_masses(slots, gidx, out["m"])
+    changes = np.array([(key, g, d) for b in sorted(blocks) for key, dm in blocks[b].changes
+                        for g, d in sorted(dm.items()) if d != 0.0], dtype=np.float64)
+    return (out, gidx, block_start, counts, slots, slot_masses(slots, gidx, out["m"]),
+            changes.reshape(-1, 3))
+
+
+def cross_event_energy(changes: np.ndarray, r_all: np.ndarray) -> float:
+    """Pair energy of the shell changes of different events of one step.
+
+    Every event books its own change of the shells' energy W against the step's old potential
+    (:meth:`_Block.place`), so when several events change masses in the same step, W also
+    changes by ``-sum dm_a dm_b / max(r_a, r_b)`` over pairs of changes in different events
+    (at different slots: a slot's own mass has no pair energy), which no event paid.
+
+    Parameters
+    ----------
+    changes : ndarray, shape (k, 3)
+        Rows ``(event key, slot, mass change)`` of all ranks (:func:`apply_events`' last
+        value, gathered), in global order.
+    r_all : ndarray
+        Replicated radii (the slots index it).
+
+    Returns
+    -------
+    float
+        The energy [Hénon energy]; 0 with fewer than two events.
+    """
+    key = changes[:, 0]
+    if changes.shape[0] < 2 or np.all(key == key[0]):
+        return 0.0
+    g = changes[:, 1].astype(np.int64)
+    dm = changes[:, 2]
+    r = r_all[g]
+    other = (key[:, None] != key[None, :]) & (g[:, None] != g[None, :])
+    pair = -np.outer(dm, dm) / np.maximum(r[:, None], r[None, :])
+    return 0.5 * float(np.sum(pair[other]))
 
 
 def slot_masses(slots: np.ndarray, gidx: np.ndarray, m: np.ndarray,
