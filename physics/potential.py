@@ -102,14 +102,20 @@ MERGE_CHUNK = 8192
 
 
 @njit(cache=True, inline="always")
+def _merge_step(r, x, i, k, cnt, base):
+    """One branch-free step of a merge walk: record point ``i``'s count ``k`` (final once the
+    walk moves past it) and advance either the stars or the point."""
+    le = r[k] <= x[i]
+    cnt[i - base] = k
+    return i + 1 - le, k + le
+
+
+@njit(cache=True, inline="always")
 def _merge_lane(r, x, i, end, k, cnt, base):
     """Finish one merge walk: ``cnt[i - base]`` = number of ``r <= x[i]`` for i in [i, end)."""
     n = r.shape[0]
     while i < end and k < n:
-        le = r[k] <= x[i]
-        cnt[i - base] = k
-        k += le
-        i += 1 - le
+        i, k = _merge_step(r, x, i, k, cnt, base)
     while i < end:
         cnt[i - base] = n
         i += 1
@@ -140,22 +146,10 @@ def _merge_counts(r, x, i0, i1, cnt):
     k0, k1, k2, k3 = ks[0], ks[1], ks[2], ks[3]
     while (a0 < e0 and k0 < n and a1 < e1 and k1 < n and a2 < e2 and k2 < n
            and a3 < e3 and k3 < n):
-        l0 = r[k0] <= x[a0]
-        cnt[a0 - i0] = k0
-        k0 += l0
-        a0 += 1 - l0
-        l1 = r[k1] <= x[a1]
-        cnt[a1 - i0] = k1
-        k1 += l1
-        a1 += 1 - l1
-        l2 = r[k2] <= x[a2]
-        cnt[a2 - i0] = k2
-        k2 += l2
-        a2 += 1 - l2
-        l3 = r[k3] <= x[a3]
-        cnt[a3 - i0] = k3
-        k3 += l3
-        a3 += 1 - l3
+        a0, k0 = _merge_step(r, x, a0, k0, cnt, i0)
+        a1, k1 = _merge_step(r, x, a1, k1, cnt, i0)
+        a2, k2 = _merge_step(r, x, a2, k2, cnt, i0)
+        a3, k3 = _merge_step(r, x, a3, k3, cnt, i0)
     _merge_lane(r, x, a0, e0, k0, cnt, i0)
     _merge_lane(r, x, a1, e1, k1, cnt, i0)
     _merge_lane(r, x, a2, e2, k2, cnt, i0)
