@@ -1372,7 +1372,9 @@ DIAG_MEANINGS = {
     "inside r_c", "E_encounters": "energy given to the cluster by strong encounters",
     "E_three_body": "energy given to the cluster by three-body binary formation",
     "E_taken": "energy taken from neighbours to pay binary processes",
-    "E_oops": "energy owed by binary processes and not found in the neighbours",
+    "E_oops": "energy owed by binary processes and not found in the neighbours, and the "
+              "pair energy between different events' shell changes of a step (no event pays "
+              "it)",
     "E_slots": "energy change of the shells from product masses, compensated in speeds",
     "E_ejected": "energy of products ejected at once (unbound)",
     "E_mergers": "energy dissipated by mergers",
