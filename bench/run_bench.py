@@ -45,6 +45,18 @@ COLLAPSE_N = 100_000
 COLLAPSE_DIR = ROOT / "runs" / f"bench_collapse_N{COLLAPSE_N}"
 
 
+def _commit() -> str:
+    """The checkout's commit (short hash, "+dirty" with uncommitted changes), or "unknown"."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, text=True, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty.strip() else "")
+
+
 def collapse_checkpoint(make: bool) -> dict | None:
     """The checkpoint of a single-mass Plummer N = 1e5 run stopped at core collapse
     (N_core <= 100) at theta_max = 1.412, run with all cores (2 emulated streams, so that
@@ -76,7 +88,10 @@ def collapse_checkpoint(make: bool) -> dict | None:
             "wall_s": wall, "steps": int(d["step"][-1]), "t_cc_trh": float(t[-1]),
             "steps_last_0.1_trh": int(d["step"][-1] - d["step"][np.argmax(last)]),
             "dt_first": float(d["dt"][d["dt"] > 0][0]), "dt_last": float(d["dt"][-1]),
-            "stop_reason": str(attrs.get("stop_reason", ""))}, indent=1) + "\n")
+            "stop_reason": str(attrs.get("stop_reason", "")),
+            # the run is kept and reused: later sittings must know which code timed it
+            "commit": _commit(), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+            indent=1) + "\n")
     return {"checkpoint": str(ckpt), **json.loads(info.read_text())}
 
 
@@ -161,11 +176,13 @@ def check_targets(rows: list[dict], collapse: dict | None, cores: int) -> list[d
                               f"cores: <= {TARGET_COLLAPSE_MINUTES} min",
                     "measured": minutes, "met": minutes <= TARGET_COLLAPSE_MINUTES,
                     "steps": collapse["steps"],
-                    "steps_last_0.1_trh": collapse["steps_last_0.1_trh"]})
+                    "steps_last_0.1_trh": collapse["steps_last_0.1_trh"],
+                    "run_made_at": collapse.get("commit", "unknown (before 2026-11-25)")})
     print("\nTargets (issue 16; docs/performance.md explains the misses):")
     for t in out:
+        made = f" (the run was made at {t['run_made_at']})" if "run_made_at" in t else ""
         print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: measured "
-              f"{t['measured']:.3g}")
+              f"{t['measured']:.3g}{made}")
     return out
 
 
