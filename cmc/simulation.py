@@ -1205,6 +1205,12 @@ class Simulation:
         self.state.wall_seconds = self._wall_at_start + time.monotonic() - self._wall_start
         self.state.diag_rows = self.n_rows
         glob = self.gather_stars()
+        # ranks grow their sub-stream tables as their blocks need (encounters draw from more
+        # sub-streams), so they can differ in length; the table written is one array: every
+        # rank first grows its own to the longest (the new sub-streams are the ones it would
+        # make when it needs them, so nothing drawn changes)
+        longest = int(allreduce_max(self.comm, np.array([float(self.streams.n_substreams)]))[0])
+        self.streams.ensure_substreams(longest)
         tables = self.comm.gather(self.streams.states, root=0)
         if self.rank == 0 and self.outdir is not None:
             full = Streams(self.streams.seed, 0, np.concatenate(tables, axis=0))

@@ -278,3 +278,34 @@ def test_old_potential_lookup_equals_serial_emulation(world, monkeypatch):
         verdict = {k: bool(np.array_equal(par[k], ser[k])) for k in par}
     same = world.bcast(verdict, root=0)
     assert all(same.values()), same
+
+
+@pytest.mark.timeout(300)
+def test_checkpoint_with_uneven_substream_tables(world):
+    """Ranks whose blocks drew from different numbers of sub-streams (encounters make them
+    grow their tables unevenly: 250 against 251 sub-streams on two ranks of
+    examples/plummer_binaries.ini by step 200, where the checkpoint then failed and the run
+    was lost) still write one checkpoint, every rank growing its table to the longest first;
+    a run restarted from it continues as the run that wrote it, bit for bit."""
+    tmp = shared_tmpdir(world)
+    cfg = _cfg(0, n=1200, steps=20, binaries=0.2)
+    if world.rank == 0:
+        (tmp / "a").mkdir()
+    world.Barrier()
+    a = Simulation.create(cfg, world, tmp / "a")
+    for _ in range(2):
+        a.step()
+    a.streams.ensure_substreams(a.streams.n_substreams + 1 + world.rank)  # uneven
+    longest = max(world.allgather(a.streams.n_substreams))
+    a.write_checkpoint()
+    b = Simulation.from_checkpoint(tmp / "a" / "checkpoint.h5", world)
+    for _ in range(3):
+        a.step()
+        b.step()
+    mine = (np.array_equal(a.r_all, b.r_all) and np.array_equal(a.m_all, b.m_all)
+            and all(np.array_equal(x, y) for x, y in zip(a.stars.as_dict().values(),
+                                                         b.stars.as_dict().values(),
+                                                         strict=True))
+            and b.streams.n_substreams == longest)
+    verdict = world.allgather(mine)
+    assert all(verdict), verdict
