@@ -534,12 +534,12 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
     # mechanical energy changed by mergers (a merged pair's orbital energy goes into the
     # product: its negative binding energy leaves the budget), booked so E_tot is kept
     counts[C["e_mergers"]] += out.de_merger
-    counts[C["e_encounters"]] += _kinetic(new_recs) - k_before
+    dk = _kinetic(new_recs) - k_before
+    counts[C["e_encounters"]] += dk
     # what the cluster's budget changes by, all of it the integrator's energy error: the
     # products' kinetic and internal energy (a stable triple's outer orbit is paid for
     # below, from the neighbours or as e_oops, so it counts), less what mergers dissipated
-    counts[C["e_integrator"]] += (_kinetic(new_recs) - k_before + _internal(new_recs)
-                                  - eb_before + e_outer - out.de_merger)
+    counts[C["e_integrator"]] += dk + _internal(new_recs) - eb_before + e_outer - out.de_merger
     blk.place([i, j], [(i if k == 0 else j, rec) for k, rec in enumerate(new_recs)], counts)
     if e_outer < 0.0:
         taken, left = blk.take_energy(-e_outer, new_recs)
