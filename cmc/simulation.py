@@ -43,8 +43,8 @@ from cmc.fields import (
 )
 from cmc.stars import StarTable
 from cmc.units import Units
-from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum
-from parallel.decomposition import MIN_CHUNK, block_counts, block_layout
+from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum, ranked_sum
+from parallel.decomposition import MIN_CHUNK, block_counts, block_layout, rank_bounds
 from parallel.sample_sort import parallel_sort
 from parallel.streams import Streams
 from physics import encounters as enc
@@ -390,6 +390,27 @@ class Simulation:
         lay = block_layout(self.n_total, self.n_emul)
         return lay.owner.astype(np.intp), lay.local_block.astype(np.intp)
 
+    # Sums over stars are reduced as (emulated) ranks' partial sums added in rank order
+    # (:func:`parallel.comm.ranked_sum`): a serial emulation of P ranks sums each emulated
+    # rank's segment apart, so that its diagnostics are the P-rank run's bits.
+    def _star_segments(self) -> np.ndarray:
+        """Bounds of the local rows (standard block layout, after the sort) of each rank this
+        process stands for: ``[0, n]``, or the emulated ranks' star ranges."""
+        if self.size == 1 and self.n_emul > 1:
+            return rank_bounds(self.stars.n, self.n_emul)
+        return np.array([0, self.stars.n], dtype=np.int64)
+
+    def _block_segments(self, nb: int) -> np.ndarray:
+        """Bounds of the step's ``nb`` local blocks of each rank this process stands for."""
+        if self.size == 1 and self.n_emul > 1:
+            owner = block_layout(self.n_total, self.n_emul).owner
+            return np.searchsorted(owner, np.arange(self.n_emul + 1)).astype(np.int64)
+        return np.array([0, nb], dtype=np.int64)
+
+    def _segment_offsets(self) -> np.ndarray:
+        """Global index of the first star of each segment of :meth:`_star_segments`."""
+        return self.offset + self._star_segments()[:-1]
+
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
         """Advance the cluster by one shared time step; returns the step's diagnostics."""
@@ -437,8 +458,9 @@ class Simulation:
             self.streams.ensure_substreams(need)
         states = np.ascontiguousarray(self.streams.states[rows, subs])
         nb = states.shape[0]
+        seg_blocks = self._block_segments(nb)
         beta_stats = np.zeros((nb, 2))
-        counts = np.zeros(len(enc.COUNT_NAMES))
+        counts = np.zeros((seg_blocks.size - 1, len(enc.COUNT_NAMES)))
         p_stats = np.zeros((nb, 3))
         gidx, block_start = block_rows(n, self.offset)
         slots = slot_mass = None
@@ -449,7 +471,8 @@ class Simulation:
             ejected: list = []
             fields, gidx, block_start, counts, slots, slot_mass, changes = enc.apply_events(
                 stars.as_dict(), self.offset, self.r_all, self.phi_all, states, *sel,
-                self.phys, self._integrate_encounters, ejected=ejected)
+                self.phys, self._integrate_encounters, ejected=ejected,
+                block_segments=seg_blocks)
             if ejected:
                 ej_rows = {k: np.array([rec[k] for rec, _, _ in ejected],
                                        dtype=FIELD_BY_NAME[k].dtype) for k in stars.as_dict()}
@@ -475,7 +498,7 @@ class Simulation:
         # unbound objects leave before the orbits are drawn (collective); their rows stay,
         # marked ORBIT_REMOVED: the orbit kernel skips them and the sort drops them
         status = np.zeros(n, dtype=np.int8)
-        pre = self._remove_unbound(gidx, status)
+        pre = self._remove_unbound(gidx, status, block_start[seg_blocks])
         t3, t2 = time.perf_counter(), t3
         self.timers["potential"] += t3 - t2
         # 4. new orbits
@@ -508,17 +531,23 @@ class Simulation:
         if leave.size:
             self._note_escapers(stars.take(leave).as_dict(), self.r_all[gidx[leave]],
                                 e_spec_leave, np.where(strip, ESCAPE_TIDAL, ESCAPE_UNBOUND))
-        e_esc = float(np.sum(e_leave[~strip]))
-        m_esc = float(np.sum(m_leave[~strip]))
-        n_esc = int(np.count_nonzero(~strip))
-        e_strip = float(np.sum(e_leave[strip]))
-        m_strip = float(np.sum(m_leave[strip]))
-        n_strip = int(np.count_nonzero(strip))
-        eb_esc = self._binding(stars, leaving) if n_esc + n_strip else 0.0
-        e_esc += pre[0]
-        m_esc += pre[1]
-        n_esc += pre[2]
-        eb_esc += pre[3]
+        # per segment (rank): (e, m, n, binding) of the escapers, (e, m, n) of the stripped
+        row_bounds = block_start[seg_blocks]
+        cut = np.searchsorted(leave, row_bounds)
+        esc_parts = np.zeros((row_bounds.size - 1, 7))
+        for j in range(row_bounds.size - 1):
+            e_j, m_j, tid = e_leave[cut[j]:cut[j + 1]], m_leave[cut[j]:cut[j + 1]], \
+                strip[cut[j]:cut[j + 1]]
+            eb_esc = 0.0
+            if e_j.size:
+                mine = np.zeros(n, dtype=bool)
+                mine[row_bounds[j]:row_bounds[j + 1]] = True
+                eb_esc = self._binding(stars, leaving & mine)
+            esc_parts[j] = (float(np.sum(e_j[~tid])) + pre[j, 0],
+                            float(np.sum(m_j[~tid])) + pre[j, 1],
+                            np.count_nonzero(~tid) + pre[j, 2], eb_esc + pre[j, 3],
+                            float(np.sum(e_j[tid])), float(np.sum(m_j[tid])),
+                            np.count_nonzero(tid))
         stars.old_index = gidx
         # the correction reads only the difference: one field travels through the sort
         # instead of two (the same bits: it computed phi_on - phi_oo first)
@@ -557,16 +586,18 @@ class Simulation:
         t6 = time.perf_counter()
         self.timers["energy"] += t6 - t5
         # 7. bookkeeping and diagnostics: one packed reduction for everything summed
-        s = self.stars
-        ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
-        red = allreduce_sum(self.comm, np.array([ke_local, e_esc, m_esc, n_esc,
-                                                 counters[:, 0].sum(), counters[:, 1].sum(),
-                                                 beta_stats[:, 0].sum(),
-                                                 beta_stats[:, 1].sum(), eb_esc,
-                                                 *self._binary_sums(), *counts,
-                                                 p_stats[:, 0].sum(), p_stats[:, 1].sum(),
-                                                 e_strip, m_strip, n_strip,
-                                                 self._central_v2()]))
+        # (each rank's partial sums, added in rank order: an emulation's are its emulated
+        # ranks', so that its diagnostics are the P-rank run's bits)
+        def block_sums_of(col: np.ndarray) -> np.ndarray:
+            return np.array([float(col[a:b].sum())
+                             for a, b in zip(seg_blocks[:-1], seg_blocks[1:], strict=True)])
+
+        red = ranked_sum(self.comm, np.column_stack((
+            self._kinetic(), esc_parts[:, :3], block_sums_of(counters[:, 0]),
+            block_sums_of(counters[:, 1]), block_sums_of(beta_stats[:, 0]),
+            block_sums_of(beta_stats[:, 1]), esc_parts[:, 3], self._binary_sums(), counts,
+            block_sums_of(p_stats[:, 0]), block_sums_of(p_stats[:, 1]), esc_parts[:, 4:],
+            self._central_v2())))
         red, (e_strip, m_strip, n_strip, central_v2) = red[:-4], red[-4:]
         # the set leaving in the orbit step: its mutual energy was counted twice in the
         # stars' m (phi + v^2/2) (every rank holds the same w_mutual); isolated, they are all
@@ -860,7 +891,8 @@ class Simulation:
         mine[:, 1] = mass
         return allgatherv_array(self.comm, mine)
 
-    def _remove_unbound(self, gidx: np.ndarray, status: np.ndarray) -> tuple:
+    def _remove_unbound(self, gidx: np.ndarray, status: np.ndarray,
+                        row_bounds: np.ndarray) -> np.ndarray:
         """Remove the objects with ``phi_s + v^2/2 >= 0`` before the orbits are drawn.
 
         Each takes ``m (phi_s + v^2/2)`` (``phi_s`` the potential of all other shells at its
@@ -880,18 +912,25 @@ class Simulation:
         slot masses) is taken off once, on rank 0.  Two stars leaving together from a core of
         a few dozen lost up to 2.8e-3 of E0 without it.
 
-        Returns (energy, mass, number, binding energy) of the removed objects.
+        Returns (energy, mass, number, binding energy) of the objects removed from the rows of
+        each segment (``row_bounds``, :meth:`_block_segments` in rows), shape (S, 4).
         """
         s = self.stars
         e_spec = specific_energies(self.r_all, self.phi_all, gidx, s.m, s.vr, s.vt)
         unbound = e_spec >= 0.0
-        energy, out = 0.0, (0.0, 0, 0.0)
+        out = np.zeros((row_bounds.size - 1, 4))
         slots = np.zeros(0, dtype=np.int64)
         mass = np.zeros(0)
         if unbound.any():
-            energy = float(np.sum(s.m[unbound] * e_spec[unbound]))
-            out = (float(np.sum(s.m[unbound])), int(np.count_nonzero(unbound)),
-                   self._binding(s, unbound))
+            rows = np.flatnonzero(unbound)
+            cut = np.searchsorted(rows, row_bounds)
+            for j in range(row_bounds.size - 1):
+                mine = rows[cut[j]:cut[j + 1]]
+                if mine.size:
+                    sel = np.zeros(s.n, dtype=bool)
+                    sel[mine] = True
+                    out[j] = (float(np.sum(s.m[mine] * e_spec[mine])),
+                              float(np.sum(s.m[mine])), mine.size, self._binding(s, sel))
             self._note_escapers(s.take(unbound).as_dict(), self.r_all[gidx[unbound]],
                                 e_spec[unbound], ESCAPE_UNBOUND)
             status[unbound] = ORBIT_REMOVED
@@ -900,8 +939,8 @@ class Simulation:
             mass = enc.slot_masses(slots, gidx, s.m, skip=unbound)
         gone, _ = self._update_slot_masses(slots, mass, gidx[unbound], s.m[unbound])
         if gone.shape[0] > 1 and self.rank == 0:
-            energy -= float(mutual_energy(*self._shells(gone)))
-        return (energy, *out)
+            out[0, 0] -= float(mutual_energy(*self._shells(gone)))
+        return out
 
     def _update_slot_masses(self, slots: np.ndarray, slot_mass: np.ndarray,
                             gone_slots: np.ndarray | None = None,
@@ -999,12 +1038,20 @@ class Simulation:
                   float(np.sum(debts)), left)
 
     # ------------------------------------------------------------------ diagnostics
-    def _binary_sums(self) -> tuple[float, float]:
-        """Local internal energy and number of the binaries (0, 0 without binaries)."""
+    def _binary_sums(self) -> np.ndarray:
+        """Internal energy and number of the binaries of each segment (:meth:`_star_segments`),
+        shape (S, 2); zeros without binaries."""
         s = self.stars
+        bounds = self._star_segments()
+        out = np.zeros((bounds.size - 1, 2))
         if not s.has_binary_fields:
-            return 0.0, 0.0
-        return self._binding(s), float(np.count_nonzero(s.binind >= 0))
+            return out
+        for j in range(bounds.size - 1):
+            mask = np.zeros(s.n, dtype=bool)
+            mask[bounds[j]:bounds[j + 1]] = True
+            out[j, 0] = self._binding(s, mask)
+            out[j, 1] = float(np.count_nonzero(s.binind[bounds[j]:bounds[j + 1]] >= 0))
+        return out
 
     @staticmethod
     def _binding(stars: StarTable, mask: np.ndarray | None = None) -> float:
@@ -1016,11 +1063,24 @@ class Simulation:
             b &= mask
         return float(np.sum(binding_energy(stars.bin_m1[b], stars.bin_m2[b], stars.bin_a[b])))
 
-    def _central_v2(self) -> float:
-        """This rank's sum of v^2 over the innermost :data:`CENTRAL_STARS` objects."""
+    def _central_v2(self) -> np.ndarray:
+        """Each segment's (:meth:`_star_segments`) sum of v^2 over its objects among the
+        innermost :data:`CENTRAL_STARS`, shape (S,)."""
         s = self.stars
-        k = min(s.n, max(0, CENTRAL_STARS - self.offset))
-        return float(np.sum(s.vr[:k] ** 2 + s.vt[:k] ** 2))
+        bounds = self._star_segments()
+        out = np.zeros(bounds.size - 1)
+        for j, first in enumerate(self._segment_offsets()):
+            a = bounds[j]
+            k = min(bounds[j + 1] - a, max(0, CENTRAL_STARS - int(first)))
+            out[j] = float(np.sum(s.vr[a:a + k] ** 2 + s.vt[a:a + k] ** 2))
+        return out
+
+    def _kinetic(self) -> np.ndarray:
+        """Each segment's (:meth:`_star_segments`) kinetic energy, shape (S,)."""
+        s = self.stars
+        bounds = self._star_segments()
+        return np.array([0.5 * float(np.sum(s.m[a:b] * (s.vr[a:b] ** 2 + s.vt[a:b] ** 2)))
+                         for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
     def diagnostics(self, record: bool = True, extra: dict | None = None,
                     kinetic: float | None = None,
@@ -1035,15 +1095,14 @@ class Simulation:
         """
         st = self.state
         s = self.stars
-        if kinetic is None:
-            ke_local = 0.5 * float(np.sum(s.m * (s.vr ** 2 + s.vt ** 2)))
-            kinetic = float(allreduce_sum(self.comm, np.array([ke_local]))[0])
+        if kinetic is None or binaries is None or central_v2 is None:
+            red = ranked_sum(self.comm, np.column_stack((self._kinetic(), self._binary_sums(),
+                                                         self._central_v2())))
+            kinetic = float(red[0]) if kinetic is None else kinetic
+            binaries = (red[1], red[2]) if binaries is None else binaries
+            central_v2 = float(red[3]) if central_v2 is None else central_v2
         k = kinetic
-        if binaries is None:
-            binaries = tuple(allreduce_sum(self.comm, np.array(self._binary_sums())))
-        e_bind, n_bin = binaries
-        if central_v2 is None:
-            central_v2 = float(allreduce_sum(self.comm, np.array([self._central_v2()]))[0])
+        e_bind, n_bin = float(binaries[0]), float(binaries[1])
         # CMC's central velocity dispersion and Spitzer core radius (its dyn.dat columns)
         v0_rms = math.sqrt(central_v2 / max(1, min(CENTRAL_STARS, self.n_total)))
         w = potential_energy(self.r_all, self.m_all, self.phi_all)

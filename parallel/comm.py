@@ -26,6 +26,7 @@ __all__ = [
     "allreduce_sum",
     "allreduce_min",
     "allreduce_max",
+    "ranked_sum",
     "exscan_sum",
     "allgatherv_array",
     "CountingComm",
@@ -320,6 +321,48 @@ def allreduce_min(comm: Any, values: Any) -> Any:
 def allreduce_max(comm: Any, values: Any) -> Any:
     """Element-wise global maximum of a packed buffer; see :func:`allreduce_sum`."""
     return _allreduce(comm, values, "MAX")
+
+
+def ranked_sum(comm: Any, parts: Any) -> np.ndarray:
+    """Column sums of the ranks' partial sums, added in rank order (one collective).
+
+    ``MPI_Allreduce`` may associate a sum of three or more ranks' values in any order, and a
+    serial run that sums all stars at once associates them differently again.  Here every
+    rank contributes one row of partial sums, all rows are gathered, and every rank adds them
+    in rank order: row 0, plus row 1, plus row 2 ...  A serial emulation of ``P`` ranks
+    passes its ``P`` emulated ranks' partial sums as the rows and gets the bits of the
+    ``P``-rank run.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm or SerialComm
+        Communicator.
+    parts : array_like, shape (S, k) or (k,)
+        Partial sums (converted to float64).  Under MPI one row per rank (``S = 1``, the same
+        ``k`` everywhere); in a single process any number of rows.
+
+    Returns
+    -------
+    numpy.ndarray, shape (k,)
+        The sums, the same bits on every rank.
+    """
+    rows = np.array(parts, dtype=np.float64, ndmin=2, order="C")
+    if rows.ndim != 2:
+        raise ValueError(f"ranked_sum: parts must be 1-D or 2-D, got shape {rows.shape}")
+    size = comm.Get_size()
+    if size > 1:
+        if rows.shape[0] != 1:
+            raise ValueError(f"ranked_sum: one row of partial sums per rank under MPI, got "
+                             f"{rows.shape[0]}")
+        gathered = np.empty((size, rows.shape[1]))
+        comm.Allgather(rows, gathered)
+        rows = gathered
+    if rows.shape[0] == 0:
+        return np.zeros(rows.shape[1])
+    total = rows[0].copy()
+    for row in rows[1:]:
+        total += row
+    return total
 
 
 def exscan_sum(comm: Any, value: int) -> int:

@@ -635,7 +635,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
                  phi_all: np.ndarray, states: np.ndarray, encounter: np.ndarray,
                  enc_phi: np.ndarray, enc_w: np.ndarray, formed: np.ndarray,
                  block_stats: np.ndarray, wide: np.ndarray, phys: BinaryPhysics,
-                 integrate_all=None, ejected: list | None = None) -> tuple:
+                 integrate_all=None, ejected: list | None = None,
+                 block_segments: np.ndarray | None = None) -> tuple:
     """Apply this step's encounters, three-body formations and wide-binary breaks.
 
     Parameters
@@ -663,6 +664,10 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     ejected : list, optional
         Receives ``(row, r, E)`` of each product ejected at once (its fields as it left, its
         radius and specific energy), in block order: the escaper table's rows.
+    block_segments : ndarray of int64, optional
+        Bounds of the blocks of each rank a serial emulation stands for (``[0, nblocks]``
+        under MPI): the counters are then kept per segment, each summed in event order as
+        that rank sums its own, shape (S, len(COUNT_NAMES)).
 
     Returns
     -------
@@ -672,7 +677,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
         Slot of each row in the replicated arrays, first row of each block (for
         :func:`physics.orbits.new_orbits_rows`).
     counts : ndarray
-        This rank's counters, in the order of :data:`COUNT_NAMES`.
+        This rank's counters, in the order of :data:`COUNT_NAMES` (per segment with
+        ``block_segments``).
     slots, slot_mass : ndarray
         The slots of the blocks that changed and the mass now at each (the sum of the rows
         there; 0 where a row was freed): the caller updates the replicated masses with them,
@@ -680,7 +686,9 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     """
     n = fields["m"].size
     nb = states.shape[0]
-    counts = np.zeros(len(COUNT_NAMES))
+    bounds = np.array([0, nb]) if block_segments is None else np.asarray(block_segments)
+    seg_counts = np.zeros((bounds.size - 1, len(COUNT_NAMES)))
+    counts = seg_counts[0] if block_segments is None else seg_counts
     pairs = np.flatnonzero(encounter)
     trips = np.flatnonzero(formed)
     wides = np.flatnonzero(wide)
@@ -720,14 +728,16 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     k_enc = 0
     for (b, kind, i), d in zip(events, draws, strict=True):
         blk = block(b)
+        # the counters of the rank that owns block b (a view: updated in place)
+        c = seg_counts[int(np.searchsorted(bounds, b, side="right")) - 1]
         if kind == 0:
-            _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], counts,
+            _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], c,
                        phys.radius_unit)
             k_enc += 1
         elif kind == 1:
-            _three_body(blk, i, block_stats[b], d, phys, counts)
+            _three_body(blk, i, block_stats[b], d, phys, c)
         else:
-            _break_wide(blk, i, counts)
+            _break_wide(blk, i, c)
     if ejected is not None:
         for b in sorted(blocks):
             ejected.extend(blocks[b].ejected)

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from parallel.comm import (
+    SerialComm,
     allgatherv_array,
     allreduce_max,
     allreduce_min,
     allreduce_sum,
     exscan_sum,
+    ranked_sum,
 )
 from parallel.decomposition import block_counts
 from parallel.sample_sort import parallel_sort, redistribute_to_blocks, sample_sort
@@ -391,6 +393,27 @@ def test_reduction_helpers(on_subcomms):
             np.testing.assert_array_equal(mx, [p - 1, 0])
             assert scalar == 2.5 * p and np.ndim(scalar) == 0
             assert ex == int((ranks[:k] + 1).sum()) and isinstance(ex, int)
+
+
+def test_ranked_sum_adds_in_rank_order(on_subcomms):
+    """Rank 0 holds 2**53, the others 1.0 each: adding in rank order loses every 1.0 (ties
+    round to even), any other association keeps some; the result is the serial sum of the
+    same rows, the same bits on every rank."""
+    big = float(2 ** 53)
+
+    def run(comm):
+        k = comm.rank
+        return ranked_sum(comm, np.array([[big if k == 0 else 1.0, 0.1 * (k + 1)]]))
+
+    for p, outcomes in on_subcomms(run).items():
+        rows = np.array([[big if k == 0 else 1.0, 0.1 * (k + 1)] for k in range(p)])
+        serial = ranked_sum(SerialComm(), rows)
+        assert serial[0] == big
+        want = rows[0].copy()
+        for row in rows[1:]:
+            want += row
+        for res in values(outcomes):
+            assert res.tobytes() == serial.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("kind", ["float", "int", "rows", "records"])
