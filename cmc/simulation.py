@@ -33,7 +33,15 @@ import numpy as np
 
 from cmc import io as cio
 from cmc.config import Config, load_config
-from cmc.errors import PLANNED_STOPS, RESUMABLE_STOPS, InputError
+from cmc.errors import (
+    EXIT_INTERNAL,
+    EXIT_IO,
+    PLANNED_STOPS,
+    RESUMABLE_STOPS,
+    CmcError,
+    InputError,
+    is_disk_full,
+)
 from cmc.fields import (
     ESCAPE_EJECTED,
     ESCAPE_TIDAL,
@@ -1193,13 +1201,50 @@ class Simulation:
     def write_snapshot(self) -> None:
         """Write ``snapshots/snap_STEP.h5`` (collective)."""
         glob = self.gather_stars()
-        if self.rank == 0 and self.outdir is not None:
+
+        def write() -> None:
             d = self.outdir / "snapshots"
             d.mkdir(parents=True, exist_ok=True)
             path = d / f"snap_{self.state.step:07d}.h5"
             cio.check_free_space(path, 8 * len(glob["r"]) * (len(glob) + 2))
             cio.write_snapshot(path, glob, self._attrs())
+
+        if self.outdir is not None:
+            self._on_root(write)
         self._snap_step = self.state.step
+
+    def _on_root(self, fn) -> None:
+        """Run rank 0's share of a collective write, ``fn()``; if it fails, every rank raises
+        (rank 0 the error itself, the others a :class:`CmcError` with its message and exit
+        code), marked collective: no rank is left waiting in the next collective, and the
+        command line ends every rank without aborting the job."""
+        failure = None
+        if self.rank == 0:
+            try:
+                fn()
+            except Exception as exc:
+                if self.size == 1:
+                    raise
+                failure = exc
+        if self.size == 1:
+            return
+        note = None
+        if failure is not None:
+            if isinstance(failure, CmcError):
+                code = failure.exit_code
+            elif isinstance(failure, OSError) or is_disk_full(failure):
+                code = EXIT_IO
+            else:
+                code = EXIT_INTERNAL
+            note = (code, f"on rank 0: {type(failure).__name__}: {failure}")
+        note = self.comm.bcast(note, root=0)
+        if note is None:
+            return
+        if failure is None:
+            failure = CmcError(note[1])
+            failure.exit_code = note[0]
+        failure.collective = True
+        raise failure
 
     def _diagnostics_attrs(self) -> dict:
         st = self.state
@@ -1209,52 +1254,57 @@ class Simulation:
                 "tidal_mode": self.cfg.tidal.mode, **self.units.attrs(), **self.provenance()}
 
     def open_diagnostics(self) -> None:
-        """Start diagnostics.h5 (rank 0): the rows so far (on restart: the rows up to the
-        checkpoint, read back from the old file) in a fresh file, then append from there."""
+        """Start diagnostics.h5 (collective; rank 0 writes): the rows so far (on restart: the
+        rows up to the checkpoint, read back from the old file) in a fresh file, then append
+        from there."""
         if self.outdir is None:
             return
+        self._on_root(self._open_diagnostics_root)
+        self.history = {k: [] for k in self.last}
+
+    def _open_diagnostics_root(self) -> None:
+        """Rank 0's part of :meth:`open_diagnostics` (the caller empties the history)."""
         path = self.outdir / "diagnostics.h5"
         rows = self.history
         if self.n_rows > len(self.history.get("step", [])):
             # a restart: the earlier rows are in the old file (SWMR keeps it readable after a
             # kill); rows written after the checkpoint are dropped, they will be recomputed
-            rows = None
-            if self.rank == 0:
-                try:
-                    old, _ = cio.read_diagnostics(path, max_step=self.state.step)
-                except InputError as exc:
-                    raise InputError(f"{exc}; the checkpoint needs its {self.n_rows} rows of "
-                                     "diagnostics history") from None
-                if old["step"].size != self.n_rows:
-                    raise InputError(f"{path} holds {old['step'].size} rows up to step "
-                                     f"{self.state.step}, the checkpoint expects "
-                                     f"{self.n_rows}: it belongs to another run")
-                rows = {k: list(v) for k, v in old.items()}
-                missing = [k for k in self.last if k not in rows]
-                if missing:
-                    # a run begun by an older version: its rows lack the newer columns
-                    log.info("diagnostics.h5 of an older version: columns %s start at step "
-                             "%d (earlier rows hold 0)", ", ".join(missing), self.state.step)
-                    for k in missing:
-                        rows[k] = [np.zeros_like(np.asarray(self.last[k]))] * self.n_rows
-        if self.rank == 0:
-            if self._esc is None:
-                self._open_escapers()
-            self._diag = cio.DiagnosticsWriter(path, self._diagnostics_attrs(), DIAG_UNITS,
-                                               DIAG_MEANINGS, rows)
-        self.history = {k: [] for k in self.last}
+            try:
+                old, _ = cio.read_diagnostics(path, max_step=self.state.step)
+            except InputError as exc:
+                raise InputError(f"{exc}; the checkpoint needs its {self.n_rows} rows of "
+                                 "diagnostics history") from None
+            if old["step"].size != self.n_rows:
+                raise InputError(f"{path} holds {old['step'].size} rows up to step "
+                                 f"{self.state.step}, the checkpoint expects "
+                                 f"{self.n_rows}: it belongs to another run")
+            rows = {k: list(v) for k, v in old.items()}
+            missing = [k for k in self.last if k not in rows]
+            if missing:
+                # a run begun by an older version: its rows lack the newer columns
+                log.info("diagnostics.h5 of an older version: columns %s start at step "
+                         "%d (earlier rows hold 0)", ", ".join(missing), self.state.step)
+                for k in missing:
+                    rows[k] = [np.zeros_like(np.asarray(self.last[k]))] * self.n_rows
+        if self._esc is None:
+            self._open_escapers()
+        self._diag = cio.DiagnosticsWriter(path, self._diagnostics_attrs(), DIAG_UNITS,
+                                           DIAG_MEANINGS, rows)
 
     def write_diagnostics(self) -> None:
         """Append the rows recorded since the last flush to diagnostics.h5 (rank 0) and drop
         them from memory (every rank)."""
         if self.outdir is None:
             return
-        if self.rank == 0:
+
+        def write() -> None:
             self._flush_escapers()
             if self._diag is None:  # not opened by run(): opening writes the rows so far
-                self.open_diagnostics()
-                return
-            self._diag.append(self.history)
+                self._open_diagnostics_root()
+            else:
+                self._diag.append(self.history)
+
+        self._on_root(write)
         self.history = {k: [] for k in self.last}
 
     def write_checkpoint(self) -> None:
@@ -1271,12 +1321,16 @@ class Simulation:
         longest = int(allreduce_max(self.comm, np.array([float(self.streams.n_substreams)]))[0])
         self.streams.ensure_substreams(longest)
         tables = self.comm.gather(self.streams.states, root=0)
-        if self.rank == 0 and self.outdir is not None:
+
+        def write() -> None:
             full = Streams(self.streams.seed, 0, np.concatenate(tables, axis=0))
             cio.write_checkpoint(self.outdir / "checkpoint.h5", glob, asdict(self.state),
                                  full.write_hdf5, self.cfg.to_ini(),
                                  keep=self.cfg.output.checkpoints_to_keep,
                                  extra_attrs=self.provenance())
+
+        if self.outdir is not None:
+            self._on_root(write)
         self._last_checkpoint = time.monotonic()
 
     # ------------------------------------------------------------------ the loop
@@ -1400,10 +1454,14 @@ class Simulation:
         self.write_checkpoint()
         if self._snap_step != self.state.step:
             self.write_snapshot()
-        if self.rank == 0 and self._diag is not None:
-            self._diag.close({"stop_reason": reason, "overrides": self.state.overrides})
-        if self.rank == 0 and self._esc is not None:
-            self._esc.close()
+
+        def close() -> None:
+            if self._diag is not None:
+                self._diag.close({"stop_reason": reason, "overrides": self.state.overrides})
+            if self._esc is not None:
+                self._esc.close()
+
+        self._on_root(close)
         return reason
 
 

@@ -310,3 +310,43 @@ def test_checkpoint_with_uneven_substream_tables(world):
             and b.streams.n_substreams == longest)
     verdict = world.allgather(mine)
     assert all(verdict), verdict
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("what", ["checkpoint", "snapshot", "diagnostics"])
+def test_write_failure_on_rank_0_ends_every_rank(world, what, monkeypatch):
+    """Rank 0 writes the outputs; when its write fails (here a full disk), every rank raises,
+    marked collective with the same exit code, instead of rank 0 alone while the others go on
+    into the next step's collectives and wait there for ever (a library caller hung; the
+    command line had to abort the job)."""
+    import errno
+
+    from cmc import io as cio
+    from cmc.errors import EXIT_IO
+
+    tmp = shared_tmpdir(world)
+    if world.rank == 0:
+        (tmp / "w").mkdir()
+    world.Barrier()
+    sim = Simulation.create(_cfg(0, n=600, steps=5), world, tmp / "w")
+    sim.step()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if world.rank == 0:
+        if what == "diagnostics":
+            monkeypatch.setattr(sim, "_flush_escapers", disk_full)
+        else:
+            monkeypatch.setattr(cio, f"write_{what}", disk_full)
+    outcome = None
+    try:
+        getattr(sim, f"write_{what}")()
+    except Exception as exc:  # every rank must get here
+        code = EXIT_IO if isinstance(exc, OSError) else getattr(exc, "exit_code", None)
+        outcome = (bool(getattr(exc, "collective", False)), code, "No space left" in str(exc))
+    outcomes = world.allgather(outcome)
+    # (alone, a rank needs no mark: nobody waits for it)
+    assert all(o == (world.size > 1, EXIT_IO, True) for o in outcomes), outcomes
+    # and the ranks are still in step: a collective after it completes
+    assert world.allreduce(1) == world.size
