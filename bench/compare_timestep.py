@@ -3,8 +3,9 @@
 ``python bench/compare_timestep.py N [SEED]`` reads runs/validate_N<N>[_seed<S>]{,_theta1.412_w20,
 _theta1.412} (made by ``bench/validate.py N --seeds S [--theta-max 1.412 --dt-window 20|40]``),
 plots the 1, 10, 50 and 90 % Lagrange radii against t / t_rh0 for theta_max = 1.0 with 40-star
-windows (the first defaults), 1.412 with 20-star windows (CMC-COSMIC's, the defaults since issue
-16) and 1.412 with 40-star windows, and prints (and writes to docs/timestep_N<N>.json) the radii
+windows (the first defaults), 1.412 with 20-star windows (the CMC paper's windows, the defaults
+since issue 16) and 1.412 with 40-star windows (CMC-COSMIC's defaults), and prints (and writes
+to docs/timestep_N<N>.json) the radii
 at fixed times with their differences from the first setting.  Same seed, so the three runs
 start from the same stars and differ only by the time step.
 """

@@ -304,6 +304,35 @@ def report(diss: list[dict], seg: dict) -> None:
                   "does not explain a factor 2.  Open: a run of CMC-COSMIC on the same initial "
                   "conditions would tell whether the difference is ours or the comparison's "
                   "(it is not available here).",
+                  "",
+                  "**The collapse time is not converged in the time step** (2026-11-25; the "
+                  "m_max = 30 Msun model at N0 = 2e4, one core each, `cmc run "
+                  "runs/validate_tidal/defaults.ini` with this section's settings, "
+                  "`initial.n=20000 initial.m_max=30 run.t_max=0.8` and `run.theta_max` as "
+                  "below; runs/conv/, not in git).  Running medians as above, t / t_rh0:",
+                  "",
+                  "| theta_max | seed | r(0.1 %) < 0.1 initial | r(1 %) < 0.1 initial | steps "
+                  "| mass lost | E_deficit |",
+                  "|---|---|---|---|---|---|---|",
+                  "| 1.412 | 1 | 0.458 | 0.456 | 2,600 | 1.5 % | 0.021 |",
+                  "| 1.412 | 2 | 0.447 | 0.449 | 2,338 | 1.3 % | 0.021 |",
+                  "| 1.0 | 1 | 0.551 | 0.551 | 11,049 | 4.9 % | 0.14 |",
+                  "| 1.0 | 2 | 0.561 | 0.610 | 9,444 | 4.0 % | 0.11 |",
+                  "| 0.7 | 1 | none by 0.95 | 0.934 | 26,205 | 12.4 % | 0.29 |",
+                  "",
+                  "A shorter step delays the collapse and loses more mass, the opposite of a "
+                  "step too long to resolve the segregation: the error is per step, as the "
+                  "potential jumps of the orbit step (docs/method.md, \"Few stars carrying the "
+                  "central mass\"; `dt_tcross` medians 0.25-0.27, 0.15-0.17 and 0.12 here) heat "
+                  "the core at every step whatever its length.  The collapse times of this "
+                  "section are therefore upper limits of what the method gives without that "
+                  "heating; a larger N lowers it (N0 = 1e5 at theta_max = 1.412: 0.33-0.35 "
+                  "against 0.45-0.46 at 2e4), in the direction of Gürkan et al.'s 0.1-0.2.  "
+                  "CMC-COSMIC builds its step the same way (the minimum over windows of "
+                  "T ~ 1/<m^2>, all orbits redrawn every step), so it should share the "
+                  "dependence; a step set by the windows' <m>^2 instead of <m^2> (tens of times "
+                  "longer in a segregated core) would be the next thing to try, with its own "
+                  "validation.",
                   ""]
     (DOCS / "validation_tidal.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

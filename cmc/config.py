@@ -77,7 +77,8 @@ class RunConfig:
                           "(CMC-COSMIC's THETASEMAX)", lo=0.0, hi=math.pi / 2, lo_open=True)
     dt_window: int = _p(20, "stars", "stars per window whose relaxation time sets the step "
                         "(dt = (2 theta_max/pi)^2 min over windows); a multiple of 20; "
-                        "CMC-COSMIC: 20", lo=20, hi=2000)
+                        "CMC-COSMIC: 40 (2 AVEKERNEL), the CMC paper's MPI code: 20",
+                        lo=20, hi=2000)
     gamma: float = _p(0.1, "", "Coulomb logarithm ln(gamma N) factor", lo=0.0, hi=1.0,
                       lo_open=True)
     dt_growth_max: float = _p(2.0, "", "largest factor by which dt may grow per step", lo=1.0)
