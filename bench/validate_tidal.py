@@ -309,11 +309,14 @@ def report(diss: list[dict], seg: dict) -> None:
                   "m_max = 30 Msun model at N0 = 2e4, one core each, `cmc run "
                   "runs/validate_tidal/defaults.ini` with this section's settings, "
                   "`initial.n=20000 initial.m_max=30 run.t_max=0.8` and `run.theta_max` as "
-                  "below; runs/conv/, not in git).  Running medians as above, t / t_rh0:",
+                  "below; runs/conv/, not in git).  Running medians as above, t / t_rh0 (the "
+                  "N_core <= 100 stop came at most 0.03 t_rh0 later):",
                   "",
                   "| theta_max | seed | r(0.1 %) < 0.1 initial | r(1 %) < 0.1 initial | steps "
                   "| mass lost | E_deficit |",
                   "|---|---|---|---|---|---|---|",
+                  "| 1.57 | 1 | 0.490 | 0.488 | 1,408 | 1.3 % | 0.014 |",
+                  "| 1.57 | 2 | 0.450 | 0.460 | 1,848 | 1.2 % | 0.016 |",
                   "| 1.412 | 1 | 0.458 | 0.456 | 2,600 | 1.5 % | 0.021 |",
                   "| 1.412 | 2 | 0.447 | 0.449 | 2,338 | 1.3 % | 0.021 |",
                   "| 1.0 | 1 | 0.551 | 0.551 | 11,049 | 4.9 % | 0.14 |",
@@ -323,10 +326,13 @@ def report(diss: list[dict], seg: dict) -> None:
                   "A shorter step delays the collapse and loses more mass, the opposite of a "
                   "step too long to resolve the segregation: the error is per step, as the "
                   "potential jumps of the orbit step (docs/method.md, \"Few stars carrying the "
-                  "central mass\"; `dt_tcross` medians 0.25-0.27, 0.15-0.17 and 0.12 here) heat "
-                  "the core at every step whatever its length.  The collapse times of this "
-                  "section are therefore upper limits of what the method gives without that "
-                  "heating; a larger N lowers it (N0 = 1e5 at theta_max = 1.412: 0.33-0.35 "
+                  "central mass\"; `dt_tcross` medians 0.35-0.40, 0.25-0.27, 0.15-0.17 and "
+                  "0.12 from theta_max = 1.57 to 0.7) heat "
+                  "the core at every step whatever its length.  Longer steps than 1.412 gain "
+                  "nothing (1.57, the largest allowed: 0.45-0.49; more pairs hit the pi/2 cap), "
+                  "so about 0.45 t_rh0 is what the method gives at this N.  The collapse times "
+                  "of this section are therefore upper limits of what it would give without "
+                  "that heating; a larger N lowers it (N0 = 1e5 at theta_max = 1.412: 0.33-0.35 "
                   "against 0.45-0.46 at 2e4), in the direction of Gürkan et al.'s 0.1-0.2.  "
                   "CMC-COSMIC builds its step the same way (the minimum over windows of "
                   "T ~ 1/<m^2>, all orbits redrawn every step), so it should share the "
