@@ -336,9 +336,14 @@ def report(diss: list[dict], seg: dict) -> None:
                   "against 0.45-0.46 at 2e4), in the direction of Gürkan et al.'s 0.1-0.2.  "
                   "CMC-COSMIC builds its step the same way (the minimum over windows of "
                   "T ~ 1/<m^2>, all orbits redrawn every step), so it should share the "
-                  "dependence; a step set by the windows' <m>^2 instead of <m^2> (tens of times "
-                  "longer in a segregated core) would be the next thing to try, with its own "
-                  "validation.",
+                  "dependence.  Tried and not kept: a step set by the windows' <m>^2 instead of "
+                  "<m^2> (a local change to window_relaxation_times, same model, seeds 1 and 2): "
+                  "153 and 421 steps to 0.8 t_rh0 (dt_tcross median 2.6 and 0.6) and no "
+                  "collapse by then: the heavy pairs' deflections, capped at pi/2, then carry too "
+                  "little of their relaxation, and the segregation slows.  What it would take: "
+                  "relaxation of the heavy stars on their own, shorter step (individual or "
+                  "block time steps, as in Freitag's code) while the light stars' orbits are "
+                  "redrawn less often; a different method, with its own validation.",
                   ""]
     (DOCS / "validation_tidal.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
