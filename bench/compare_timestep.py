@@ -3,11 +3,11 @@
 ``python bench/compare_timestep.py N [SEED]`` reads runs/validate_N<N>[_seed<S>]{,_theta1.412_w20,
 _theta1.412} (made by ``bench/validate.py N --seeds S [--theta-max 1.412 --dt-window 20|40]``),
 plots the 1, 10, 50 and 90 % Lagrange radii against t / t_rh0 for theta_max = 1.0 with 40-star
-windows (the first defaults), 1.412 with 20-star windows (the CMC paper's windows, the defaults
-since issue 16) and 1.412 with 40-star windows (CMC-COSMIC's defaults), and prints (and writes
-to docs/timestep_N<N>.json) the radii
-at fixed times with their differences from the first setting.  Same seed, so the three runs
-start from the same stars and differ only by the time step.
+windows (the defaults), 1.412 with 20-star windows (the CMC paper's windows, the defaults from
+issue 16 until 2026-11-25) and 1.412 with 40-star windows (CMC-COSMIC's defaults), and prints
+(and writes to docs/timestep_N<N>.json) the radii at fixed times with their differences from
+the first setting.  Same seed, so the three runs start from the same stars and differ only by
+the time step.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SETTINGS = [("", "theta_max 1.0, 40-star windows"),
-            ("_theta1.412_w20", "theta_max 1.412, 20-star windows (default)"),
+SETTINGS = [("", "theta_max 1.0, 40-star windows (default)"),
+            ("_theta1.412_w20", "theta_max 1.412, 20-star windows"),
             ("_theta1.412", "theta_max 1.412, 40-star windows")]
 FRACTIONS = (0.01, 0.1, 0.5, 0.9)
 TIMES = (2.0, 5.0, 10.0, 15.0)

@@ -93,10 +93,10 @@ def write_report(results: list[dict]) -> Path:
              "[validation_binaries.md](validation_binaries.md).  Tidal field and mass spectrum "
              "(dissolution against N, mass segregation and early collapse): "
              "[validation_tidal.md](validation_tidal.md).", "",
-             "Runs at the time-step parameters of the first validations (theta_max = 1.0, "
-             "40-star windows), at theta_max = 1.412 with 20-star windows (the defaults since "
-             "issue 16: CMC-COSMIC's THETASEMAX, the CMC paper's windows) and at CMC-COSMIC's "
-             "defaults, 1.412 with 40-star windows: `python "
+             "Runs at the default time-step parameters (theta_max = 1.0, 40-star windows), "
+             "at theta_max = 1.412 with 20-star windows (the defaults from issue 16 until "
+             "2026-11-25, dropped: no three-body binaries past the collapse) and at "
+             "CMC-COSMIC's defaults, 1.412 with 40-star windows: `python "
              "bench/validate.py N --seeds ... [--theta-max X] [--dt-window W]`.  The choice is "
              "discussed in [performance.md](performance.md#time-to-solution).", "",
              "## Summary: mean [min, max] over seeds", "",

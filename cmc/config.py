@@ -73,9 +73,10 @@ class InitialConfig:
 class RunConfig:
     """[run]: the evolution and its stop conditions."""
 
-    theta_max: float = _p(1.412, "rad", "largest representative deflection per step "
-                          "(CMC-COSMIC's THETASEMAX)", lo=0.0, hi=math.pi / 2, lo_open=True)
-    dt_window: int = _p(20, "stars", "stars per window whose relaxation time sets the step "
+    theta_max: float = _p(1.0, "rad", "largest representative deflection per step "
+                          "(CMC-COSMIC's THETASEMAX, whose default is 1.412)", lo=0.0,
+                          hi=math.pi / 2, lo_open=True)
+    dt_window: int = _p(40, "stars", "stars per window whose relaxation time sets the step "
                         "(dt = (2 theta_max/pi)^2 min over windows); a multiple of 20; "
                         "CMC-COSMIC: 40 (2 AVEKERNEL), the CMC paper's MPI code: 20",
                         lo=20, hi=2000)

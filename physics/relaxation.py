@@ -21,9 +21,8 @@ from physics.binaries import strong_encounter_cross_section
 #: Neighbours on each side for the local density of a pair (the C code's AVEKERNEL).
 DENSITY_NEIGHBOURS = 20
 #: Consecutive 20-star blocks in one time-step window when the caller gives none (the run's
-#: window is ``run.dt_window``, default 20 stars as the CMC paper's mpi_simul_relax_new, p = 10;
-#: this default, 40 stars, is CMC-COSMIC's (simul_relax_new, p = AVEKERNEL = 20) and was the
-#: run's until issue 16: docs/method.md, "Time step").
+#: window is ``run.dt_window``, default 40 stars as CMC-COSMIC's simul_relax_new, p = AVEKERNEL
+#: = 20; the CMC paper's mpi_simul_relax_new took p = 10: docs/method.md, "Time step").
 WINDOW_BLOCKS = 2
 #: Stars per bin: the decomposition's block, so that pairs and bins never straddle ranks.
 BIN = MIN_CHUNK
