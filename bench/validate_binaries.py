@@ -226,26 +226,32 @@ def report(single: list[dict], prim: list[dict]) -> str:
         "* Without primordial binaries the core collapses at the engine's usual time; the "
         "first three-body binary forms when N_core is down to a few stars (the rate goes as "
         "n^2 v^-9 with hardness >= 5), then a handful of binaries and their encounters stop "
-        "the collapse and r_c/r_h climbs by three to four decades within 1-4 t_rh0.  At "
+        "the collapse and r_c/r_h climbs by three to four decades within 3-5 t_rh0.  At "
         "N = 1e4 the core then contracts again (the start of gravothermal oscillations, as "
         "expected above N ~ 7000; Goodman 1987, Breen & Heggie 2012); the runs stop at "
-        "25 t_rh0.",
-        "* With 10 % hard binaries the collapse comes 1-2 t_rh0 later than without and stops at "
+        "25 t_rh0.  (At theta_max = 1.412 with 20-star windows, the default from issue 16 "
+        "until 2026-11-25, no three-body binary formed in these three runs: docs/method.md, "
+        "\"Time step\".)",
+        "* With 10 % hard binaries the core reaches r_c < 0.1 r_c0 at 17.4-18.2 t_rh0, about "
+        "when it does without (17.96 [16.63, 19.33] over 8 seeds, docs/validation.md; an "
+        "earlier sitting at other time-step settings found it 1-2 t_rh0 later), and stops at "
         "r_c/r_h ~ 0.02 (binary burning), inside a factor 2 of HTH06's 0.03-0.05.  The cluster "
         "is isolated: the energy the binaries give (more than |E0|; their initial binding "
         "energy is about half of E0, a log-uniform in [0.01, 0.3] a_hs) drives it to r_h ~ "
-        "10-12 r_h0 by 100 t_rh0 and 44 % of the mass out, so r_c/r_h falls to ~0.005 later; "
-        "HTH06 and Fregeau & Rasio (2007) model tidally limited clusters (tides are the next "
-        "issue).",
-        "* The core binary fraction stays about 1.7x the overall one.  By 100 t_rh0, 38 % of "
+        "13-15 r_h0 by 100 t_rh0 and 43-45 % of the mass out, so r_c/r_h falls to ~0.004 "
+        "later; HTH06 and Fregeau & Rasio (2007) model tidally limited clusters.",
+        "* The core binary fraction stays 1.6-1.9x the overall one.  By 100 t_rh0, 38-42 % of "
         "the binaries were destroyed (ionised or broken as wide) and about 30 % ejected: more "
         "than half are gone, as Gao et al. (1991) found, though destruction alone is below "
         "half.",
-        "* Energy: |dE/E0| stays below 1.2e-4 through collapse and 200 t_rh0 of binary "
-        "burning, with the binaries' internal energy in the budget.  E_oops (the outer "
-        "binding energy of stable triples, split into binary + star, that the block's other "
-        "stars could not pay; CMC books it the same way) is 0.4-1 % of |E0| over the run.  "
-        "About 1 % of encounters were discarded (unresolved within 200 000 steps).",
+        "* Energy: |dE/E0| stays below 1e-13 through collapse and 200 t_rh0 of binary "
+        "burning (2.2e-13 in the runs without primordial binaries), with the binaries' internal "
+        "energy, the few-body integrator's error (E_integrator) and the other processes' "
+        "columns in the budget (it was up to 1.2e-4 before the energy fixes of 2026-11-25).  "
+        "E_oops (the outer binding energy of stable triples, split into binary + star, that "
+        "the block's other stars could not pay, and the pair energy of events in the same "
+        "step; CMC books the first the same way) is 1.5-2.2 % of |E0| over the run.  About 1 % "
+        "of encounters were discarded (unresolved within 200 000 steps).",
         ""]
     return "\n".join(lines) + "\n"
 
