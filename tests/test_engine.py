@@ -192,6 +192,27 @@ def test_restart_with_three_body_binaries_is_bit_for_bit(tmp_path):
     assert np.sum(da["n_three_body"][14:]) >= 1
 
 
+def test_default_time_step_lets_three_body_binaries_form_in_a_collapsed_core():
+    """From a 2000-star core in deep collapse (tests/data) with three-body binaries on at the
+    default time step (theta_max 1.0, 40-star windows): the step stays above the central
+    crossing time and binaries form within 600 steps.  The issue-16 default (1.412 with
+    20-star windows) failed this: its densest 20-star window put the step at 0.27 of the
+    crossing time from the first step (72 here), and none formed (in full runs the energy
+    correction's deficit then grew to a quarter of |E0| and the core re-expanded without
+    binaries)."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent / "data" / "collapsed_core_n2000.h5"
+    cfg = load_config(None, ["initial.model=file", f"initial.file={data}", "initial.seed=12",
+                             "binaries.three_body=all", "run.n_core_stop=0"])
+    sim = Simulation.create(cfg, SerialComm())
+    for _ in range(600):
+        sim.step()
+    h = {k: np.asarray(v) for k, v in sim.history.items()}
+    assert np.min(h["dt_tcross"][1:]) > 1.0
+    assert np.sum(h["n_three_body"]) >= 1  # 4 (none at 1.412 with 20-star windows)
+
+
 def test_energy_is_conserved_with_binary_encounters():
     """K + W + escaped + binding energy (bound and escaped), less the few-body integrator's
     energy error (E_integrator), is conserved through strong encounters to rounding over 150
