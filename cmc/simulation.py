@@ -79,7 +79,7 @@ from physics.relaxation import (
     relax_pairs,
     window_relaxation_times,
 )
-from physics.structure import core_properties, lagrange_mean_masses, lagrange_radii
+from physics.structure import core_from_sums, core_sums, lagrange_mean_masses, lagrange_radii
 from physics.tidal import (
     mutual_energy,
     shell_potential,
@@ -97,6 +97,8 @@ PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", 
 #: radii by bisection (O(N/P log N) per rank) instead of merging all N old radii (O(N) on every
 #: rank): 12 ns per star of all N against 125-260 ns per own star (N = 1e5-1e6, one core).
 OLD_POTENTIAL_LOOKUP_MIN_RANKS = 16
+#: Columns of :meth:`Simulation._structure_sums`: W and the four core sums.
+STRUCTURE_SUMS = 5
 #: A cluster with fewer objects has dissolved (the step needs a few 20-star blocks).
 MIN_OBJECTS = 40
 #: Stars of the centre over which the binary time scales are averaged (the paper: 300).
@@ -605,7 +607,8 @@ class Simulation:
             block_sums_of(counters[:, 1]), block_sums_of(beta_stats[:, 0]),
             block_sums_of(beta_stats[:, 1]), esc_parts[:, 3], self._binary_sums(), counts,
             block_sums_of(p_stats[:, 0]), block_sums_of(p_stats[:, 1]), esc_parts[:, 4:],
-            self._central_v2())))
+            self._central_v2(), self._structure_sums())))
+        red, structure = red[:-STRUCTURE_SUMS], red[-STRUCTURE_SUMS:]
         red, (e_strip, m_strip, n_strip, central_v2) = red[:-4], red[-4:]
         # the set leaving in the orbit step: its mutual energy was counted twice in the
         # stars' m (phi + v^2/2) (every rank holds the same w_mutual); isolated, they are all
@@ -659,7 +662,7 @@ class Simulation:
                  **{k: ev[k] for k in EVENT_COUNTS}}
         d = self.diagnostics(record=True, extra=extra, kinetic=float(red[0]),
                              binaries=(float(red[9]), float(red[10])),
-                             central_v2=float(central_v2))
+                             central_v2=float(central_v2), structure=structure)
         self.timers["diagnostics"] += time.perf_counter() - t6
         if 0.0 < d["dt_tcross"] < DT_TCROSS_WARN and not self._tcross_warned:
             self._tcross_warned = True
@@ -1083,6 +1086,29 @@ class Simulation:
             out[j] = float(np.sum(s.vr[a:a + k] ** 2 + s.vt[a:a + k] ** 2))
         return out
 
+    def _half_mass_radius(self) -> float:
+        """r_h from the replicated arrays (the same on every rank)."""
+        return float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]), self.mcum_all)[0])
+
+    def _structure_sums(self) -> np.ndarray:
+        """Each segment's (:meth:`_star_segments`) share of the potential energy and of the
+        core's Casertano-Hut sums (:func:`physics.structure.core_sums`), shape (S, 5).
+
+        Every rank sums its own stars of the replicated arrays (their neighbours are there
+        too), so these passes over all N divide by the number of ranks instead of being
+        repeated by every rank; one segment gives the bits of the whole-array functions
+        (:func:`physics.potential.potential_energy`,
+        :func:`physics.structure.core_properties`).
+        """
+        bounds = self._star_segments()
+        out = np.zeros((bounds.size - 1, STRUCTURE_SUMS))
+        r_h = self._half_mass_radius() if self.n_total else 0.0
+        for j, first in enumerate(self._segment_offsets()):
+            a, b = int(first), int(first) + int(bounds[j + 1] - bounds[j])
+            out[j, 0] = potential_energy(self.r_all[a:b], self.m_all[a:b], self.phi_all[a:b])
+            out[j, 1:] = core_sums(self.r_all, self.m_all, r_h, a, b)
+        return out
+
     def _kinetic(self) -> np.ndarray:
         """Each segment's (:meth:`_star_segments`) kinetic energy, shape (S,)."""
         s = self.stars
@@ -1093,32 +1119,35 @@ class Simulation:
     def diagnostics(self, record: bool = True, extra: dict | None = None,
                     kinetic: float | None = None,
                     binaries: tuple[float, float] | None = None,
-                    central_v2: float | None = None) -> dict:
+                    central_v2: float | None = None,
+                    structure: np.ndarray | None = None) -> dict:
         """Energies, radii and core quantities now; appended to the history if ``record``.
 
         ``kinetic`` is the global kinetic energy, ``binaries`` the global (internal energy,
-        number) of the binaries and ``central_v2`` the sum of v^2 over the central 300 objects
-        when the caller already reduced them (the step packs them with its other sums);
-        otherwise they are reduced here.
+        number) of the binaries, ``central_v2`` the sum of v^2 over the central 300 objects
+        and ``structure`` the sums of :meth:`_structure_sums` when the caller already reduced
+        them (the step packs them with its other sums); otherwise they are reduced here.
         """
         st = self.state
         s = self.stars
-        if kinetic is None or binaries is None or central_v2 is None:
+        if kinetic is None or binaries is None or central_v2 is None or structure is None:
             red = ranked_sum(self.comm, np.column_stack((self._kinetic(), self._binary_sums(),
-                                                         self._central_v2())))
+                                                         self._central_v2(),
+                                                         self._structure_sums())))
             kinetic = float(red[0]) if kinetic is None else kinetic
             binaries = (red[1], red[2]) if binaries is None else binaries
             central_v2 = float(red[3]) if central_v2 is None else central_v2
+            structure = red[4:] if structure is None else structure
         k = kinetic
         e_bind, n_bin = float(binaries[0]), float(binaries[1])
         # CMC's central velocity dispersion and Spitzer core radius (its dyn.dat columns)
         v0_rms = math.sqrt(central_v2 / max(1, min(CENTRAL_STARS, self.n_total)))
-        w = potential_energy(self.r_all, self.m_all, self.phi_all)
+        w = float(structure[0])
         mtot = float(self.mcum_all[-1]) if self.n_total else 0.0
         lr = lagrange_radii(self.r_all, self.m_all, self.fractions, self.mcum_all)
         m_lr = lagrange_mean_masses(self.m_all, self.fractions, self.mcum_all)
-        r_h = float(lagrange_radii(self.r_all, self.m_all, np.array([0.5]), self.mcum_all)[0])
-        r_c, rho_c, n_core = core_properties(self.r_all, self.m_all, r_h)
+        r_h = self._half_mass_radius()
+        r_c, rho_c, n_core = core_from_sums(np.asarray(structure[1:], dtype=np.float64))
         # the whole budget: bound, escaped, binaries' internal energy (bound and escaped),
         # less what binary processes owe and could not take from their neighbours, what
         # mergers dissipated and the few-body integrator's energy error

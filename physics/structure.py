@@ -80,29 +80,31 @@ def lagrange_mean_masses(m: np.ndarray, fractions: np.ndarray,
 
 
 @njit(cache=True)
-def core_properties(r, m, r_half):
-    """Casertano-Hut core radius, core density and N_core from sorted ``r``, ``m``.
+def core_sums(r, m, r_half, i0, i1):
+    """Casertano-Hut partial sums over the stars ``i0 .. i1 - 1`` that lie inside ``r_half``.
+
+    The density of star ``i`` needs its ``CH_NEIGHBOURS / 2`` radial neighbours on each side,
+    which the replicated arrays hold whatever the range, so each rank sums its own stars
+    (``r``, ``m``: all stars, sorted).  :func:`core_from_sums` turns the totals into the core.
 
     Returns
     -------
-    r_c : float
-        Density-weighted mean radius [Hénon length].
-    rho_c : float
-        Density-weighted mean density times 1.6 [Hénon mass / length^3].
-    n_core : float
-        ``4/3 pi r_c^3 rho_c / (2 m_c)``, ``m_c`` the density-weighted mean mass (number of
-        stars in the core, C-code convention).
+    ndarray, shape (4,)
+        ``sum rho_i``, ``sum rho_i^2``, ``sum rho_i r_i``, ``sum rho_i m_i``; zeros with fewer
+        than ``CH_NEIGHBOURS + 1`` stars.
     """
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
+    out = np.zeros(4)
     if n < CH_NEIGHBOURS + 1:
-        return np.nan, np.nan, np.nan
+        return out
     s_rho = 0.0
     s_rho2 = 0.0
     s_rhor = 0.0
     s_rhom = 0.0
-    i = 0
-    while i < n and r[i] <= r_half:
+    for i in range(max(i0, 0), min(i1, n)):
+        if r[i] > r_half:
+            break
         lo = i - h
         hi = i + h
         if hi > n - 1:
@@ -119,13 +121,40 @@ def core_properties(r, m, r_half):
             s_rho2 += rho * rho
             s_rhor += rho * r[i]
             s_rhom += rho * m[i]
-        i += 1
+    out[0] = s_rho
+    out[1] = s_rho2
+    out[2] = s_rhor
+    out[3] = s_rhom
+    return out
+
+
+@njit(cache=True)
+def core_from_sums(sums):
+    """(r_c, rho_c, n_core) of :func:`core_properties` from the totals of :func:`core_sums`
+    (compiled: the same float operations as before the split, so the same bits)."""
+    s_rho, s_rho2, s_rhor, s_rhom = sums[0], sums[1], sums[2], sums[3]
     if s_rho <= 0.0:
         return np.nan, np.nan, np.nan
     rho_c = RHO_FACTOR * s_rho2 / s_rho
     r_c = s_rhor / s_rho
     n_core = 4.0 / 3.0 * np.pi * r_c ** 3 * 0.5 * rho_c / (s_rhom / s_rho)
     return r_c, rho_c, n_core
+
+
+def core_properties(r, m, r_half):
+    """Casertano-Hut core radius, core density and N_core from sorted ``r``, ``m``.
+
+    Returns
+    -------
+    r_c : float
+        Density-weighted mean radius [Hénon length].
+    rho_c : float
+        Density-weighted mean density times 1.6 [Hénon mass / length^3].
+    n_core : float
+        ``4/3 pi r_c^3 rho_c / (2 m_c)``, ``m_c`` the density-weighted mean mass (number of
+        stars in the core, C-code convention).
+    """
+    return core_from_sums(core_sums(r, m, float(r_half), 0, r.shape[0]))
 
 
 def core_properties_reference(r: np.ndarray, m: np.ndarray, r_half: float):

@@ -41,6 +41,24 @@ def test_core_kernel_matches_reference(plummer_5k):
     assert 0.2 < got[0] < 0.5
 
 
+def test_core_sums_of_segments_add_up_to_the_whole(plummer_5k):
+    """Each rank's share of the core sums (its own stars of the replicated arrays, their
+    neighbours across the segment bounds included) adds up to the whole-array sums, and one
+    segment is the whole-array kernel bit for bit."""
+    from physics.structure import core_from_sums, core_sums
+
+    r, m = plummer_5k["r"], plummer_5k["m"]
+    rh = float(lagrange_radii(r, m, np.array([0.5]))[0])
+    whole = core_sums(r, m, rh, 0, r.size)
+    assert tuple(core_from_sums(whole)) == core_properties(r, m, rh)
+    for bounds in ([0, 1, 2500, 5000], [0, 1700, 1703, 3400, 5000], [0, 4990, 5000]):
+        parts = [core_sums(r, m, rh, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        np.testing.assert_allclose(np.sum(parts, axis=0), whole, rtol=1e-13)
+    # a segment beyond r_h contributes nothing; fewer than 7 stars give no core
+    assert not core_sums(r, m, rh, 4000, 5000).any()
+    assert np.isnan(core_from_sums(core_sums(r[:6], m[:6], 1.0, 0, 6))).all()
+
+
 def test_stationary_without_relaxation():
     """Orbit resampling alone keeps a Plummer model in equilibrium and conserves energy."""
     sim = make_sim(initial__n=8000, initial__seed=2, run__relaxation="false",
