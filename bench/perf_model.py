@@ -16,7 +16,7 @@ Model, per step, P ranks of one thread each::
   not divide by P.  T(N, 1) is the measured one-core step (no MPI).  N = 1e7 uses the 1e6
   figures.
 * ``T_fixed``: per-step cost that does not grow with N (interpreter, small reductions, I/O),
-  measured on N = 1000.
+  the step times of N = 1000 and 4000 extrapolated to N = 0.
 * ``T_comm``: from the measured traffic of the 2-rank bench (bytes and calls per method),
   scaled to P with a latency-bandwidth network (:data:`ALPHA_S`, :data:`BETA_BPS`): small
   collectives ``ceil(log2 P) alpha``; the Allgatherv of the replicated arrays ``ceil(log2 P)
@@ -51,6 +51,13 @@ BETA_BPS = 12.0e9
 #: The paper's speedups (Pattabiraman et al. 2013, fig. 8) for N = 1e5, 1e6, 1e7.
 PAPER_SPEEDUP = {100_000: 60.0, 1_000_000: 100.0, 10_000_000: 220.0}
 PS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+#: Passes that each rank makes on its own segment of the replicated arrays, followed by one
+#: collective: they divide by P (the diagnostics' W and core sums, added by the step's one
+#: reduction; the energy correction's merge of the old radii, followed by one Allgatherv of 8
+#: bytes per star; the orbit kernel's radius lookup table, one Allgatherv of about 2 bytes per
+#: star; the bench's traffic counts those bytes).  The others are repeated by every rank.
+SEGMENTED = frozenset({"potential_energy", "core_properties", "potential_at_sorted_radii",
+                       "radius_lookup_table"})
 SMALL = ("Allreduce", "allreduce", "allgather", "bcast", "Bcast", "gather", "Exscan",
          "Alltoall", "exscan", "reduce", "Reduce")
 
@@ -101,7 +108,7 @@ def replicated_costs(n: int) -> dict[str, dict[str, float]]:
         "energy": {"potential_at_sorted_radii": us(
             lambda: potential_at_sorted_radii(r, phi, mcum, r_old))},
         # from OLD_POTENTIAL_LOOKUP_MIN_RANKS ranks on, instead of the merge: per own star
-        "energy, P >= 16": {"potential_at_points (per own star)": us(
+        f"energy, P >= {OLD_POTENTIAL_LOOKUP_MIN_RANKS}": {"potential_at_points (per own star)": us(
             lambda: potential_at_points(r, phi, mcum, r_old, own, out)) * n / own.size},
         "timestep": {"window_relaxation_times": us(
             lambda: window_relaxation_times(r, mom, float(n), 1.0))},
@@ -112,8 +119,8 @@ def replicated_costs(n: int) -> dict[str, dict[str, float]]:
     }
 
 
-def fixed_step_seconds() -> float:
-    """Wall time per step of an N = 1000 model (one core): the cost that does not scale."""
+def step_seconds(n: int) -> float:
+    """Wall time per step of an ``n``-star Plummer model (one core, fastest of 5 x 40 steps)."""
     import numba
 
     from cmc.config import load_config
@@ -121,7 +128,7 @@ def fixed_step_seconds() -> float:
     from parallel.comm import SerialComm
 
     numba.set_num_threads(1)
-    sim = Simulation.create(load_config(None, ["initial.n=1000", "initial.seed=1"]),
+    sim = Simulation.create(load_config(None, [f"initial.n={n}", "initial.seed=1"]),
                             SerialComm())
     for _ in range(20):  # every kernel loaded (some run only now and then)
         sim.step()
@@ -132,6 +139,15 @@ def fixed_step_seconds() -> float:
             sim.step()
         best = min(best, (time.perf_counter() - t0) / 40)
     return best
+
+
+def fixed_step_seconds() -> tuple[float, dict[int, float]]:
+    """The per-step cost that does not grow with N (interpreter, small reductions): the step
+    times of N = 1000 and 4000 extrapolated linearly to N = 0.  (The N = 1000 step alone, the
+    model's figure until 2026-11-25, also holds the work of its 1000 stars, about 0.5 ms.)
+    Returns the extrapolation and the measured step times [s]."""
+    t = {n: step_seconds(n) for n in (1000, 4000)}
+    return max(0.0, t[1000] - (t[4000] - t[1000]) / 3.0), t
 
 
 def comm_seconds(n: int, p: int, traffic: dict) -> float:
@@ -181,15 +197,21 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float) -> dict:
         c1 = {k: v for k, v in one["parts_us_per_star"].items() if k != "wait"}
         c2 = {k: v for k, v in two["parts_us_per_star"].items() if k != "wait"}
         rn = rep[min(rep, key=lambda k: abs(math.log(k / n)))]
-        r_part = {k: sum(rn.get(k, {}).values()) for k in c1}
+        # repeated by every rank; the segmented passes are in the parallel work
+        r_part = {k: sum(v for name, v in rn.get(k, {}).items() if name not in SEGMENTED)
+                  for k in c1}
+        r_seg = {k: sum(v for name, v in rn.get(k, {}).items() if name in SEGMENTED)
+                 for k in c1}
         par = {k: max(0.0, 2.0 * (c2[k] - r_part[k])) for k in c1}
         imbalance = two["parts_us_per_star"]["wait"] / max(sum(par.values()) / 2.0, 1e-30)
         traffic = traffic_of(two, nb)
         t1 = sum(c1.values()) * 1e-6 * n + t_fixed
         copy = rn["sort"]["copy r, m (allgather)"]
-        lookup = rn["energy, P >= 16"]["potential_at_points (per own star)"]
+        lookup = rn[f"energy, P >= {OLD_POTENTIAL_LOOKUP_MIN_RANKS}"][
+            "potential_at_points (per own star)"]
         res = {"N": n, "coefficients_from_N": nb, "t1_s": t1, "parts_us_1rank": c1,
-               "parallel_us": par, "replicated_us": r_part, "imbalance": imbalance,
+               "parallel_us": par, "replicated_us": r_part, "segmented_us": r_seg,
+               "imbalance": imbalance,
                "traffic": traffic, "P": PS, "today": [], "segments": [],
                "measured_speedup_P2": one["us_per_star_step"] / two["us_per_star_step"]}
         for p in PS:
@@ -200,11 +222,11 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float) -> dict:
             c = comm_seconds(n, p, traffic)
             work = sum(par.values()) * 1e-6 * n / p * (1.0 + imbalance)
             rep_today = sum(r_part.values())
-            if p >= OLD_POTENTIAL_LOOKUP_MIN_RANKS:  # the energy step's lookups divide
+            if p >= OLD_POTENTIAL_LOOKUP_MIN_RANKS:  # lookups of own stars replace the merge
                 rep_today -= r_part["energy"]
-                work += lookup * 1e-6 * n / p
+                work += (lookup - r_seg["energy"]) * 1e-6 * n / p * (1.0 + imbalance)
             today = work + rep_today * 1e-6 * n + t_fixed + c
-            # segments: the replicated passes divide by P too; the gathered copy stays
+            # segments: the remaining replicated passes divide by P too; the gathered copy stays
             seg_work = (sum(par.values()) + sum(r_part.values()) - copy) * 1e-6 * n / p
             segments = seg_work * (1.0 + imbalance) + copy * 1e-6 * n + t_fixed + c
             res["today"].append(t1 / today)
@@ -213,16 +235,24 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float) -> dict:
     return out
 
 
-def write(models: dict, rep: dict, t_fixed: float, source: str) -> str:
+def write(models: dict, rep: dict, t_fixed: float, t_small: dict[int, float],
+          source: str) -> str:
     lines = ["<!-- model:begin (bench/perf_model.py writes this section) -->", "",
-             f"Inputs: `{source}`; replicated passes and T_fixed = {t_fixed * 1e3:.2f} ms "
-             "measured by bench/perf_model.py on this machine; network alpha = "
+             f"Inputs: `{source}`; passes over the replicated arrays and T_fixed = "
+             f"{t_fixed * 1e3:.2f} ms (the step of N = 1000 and 4000, "
+             + ", ".join(f"{v * 1e3:.2f}" for v in t_small.values())
+             + " ms, extrapolated to N = 0) measured by bench/perf_model.py on this machine; "
+             "network alpha = "
              f"{ALPHA_S * 1e6:.1f} us, beta = {BETA_BPS / 1e9:.0f} GB/s.", "",
-             "Replicated passes, microseconds per star (all N, every rank, one core):", "",
-             "| part | pass | N = 1e5 | N = 1e6 |", "|---|---|---|---|"]
+             "Passes over the replicated arrays, microseconds per star of all N (one core); "
+             "'every rank' repeats the whole pass, 'own segment' makes 1/P of it, followed by "
+             "one collective:", "",
+             "| part | pass | done by | N = 1e5 | N = 1e6 |", "|---|---|---|---|---|"]
     for part in rep[100_000]:
         for name in rep[100_000][part]:
-            lines.append(f"| {part} | {name} | {rep[100_000][part][name]:.4f} | "
+            who = ("own stars" if part.startswith("energy, P") else
+                   "own segment" if name in SEGMENTED else "every rank")
+            lines.append(f"| {part} | {name} | {who} | {rep[100_000][part][name]:.4f} | "
                          f"{rep[1_000_000][part][name]:.4f} |")
     lines += ["", "Model check against the 2-rank bench (shared memory, so the network terms "
               "do not apply there): measured speedup " + ", ".join(
@@ -282,9 +312,9 @@ def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "performance_bench.json"
     bench = json.loads(src.read_text())
     rep = {n: replicated_costs(n) for n in (100_000, 1_000_000)}
-    t_fixed = fixed_step_seconds()
+    t_fixed, t_small = fixed_step_seconds()
     models = model(bench, rep, t_fixed)
-    section = write(models, rep, t_fixed, src.relative_to(ROOT).as_posix()
+    section = write(models, rep, t_fixed, t_small, src.relative_to(ROOT).as_posix()
                     if src.is_relative_to(ROOT) else str(src))
     print(section)
     doc = ROOT / "docs" / "performance.md"
@@ -294,7 +324,8 @@ def main() -> None:
         bench, src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)))
     doc.write_text(text)
     (ROOT / "docs" / "performance_model.json").write_text(json.dumps(
-        {"replicated_us_per_star": rep, "t_fixed_s": t_fixed, "alpha_s": ALPHA_S,
+        {"replicated_us_per_star": rep, "t_fixed_s": t_fixed,
+         "step_s_small_n": {str(k): v for k, v in t_small.items()}, "alpha_s": ALPHA_S,
          "beta_Bps": BETA_BPS, "models": {str(k): v for k, v in models.items()}},
         indent=1) + "\n")
 

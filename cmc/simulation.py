@@ -20,6 +20,7 @@ that its owner rank would use in a P-rank run, so it reproduces that run bit for
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -60,11 +61,13 @@ from physics.binaries import binary_binary_timescale, binary_single_timescale, b
 from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
 from physics.fewbody import EncounterSettings
 from physics.orbits import (
+    LOOKUP_PER_BUCKET,
     ORBIT_ESCAPED_TIDAL,
     ORBIT_OK,
     ORBIT_REMOVED,
     block_rows,
     new_orbits_rows,
+    new_orbits_rows_lut,
     specific_energies,
 )
 from physics.potential import (
@@ -72,6 +75,8 @@ from physics.potential import (
     potential_at_points,
     potential_at_sorted_radii,
     potential_energy,
+    radius_lookup_entries,
+    radius_lookup_scale,
 )
 from physics.relaxation import (
     block_moments,
@@ -94,9 +99,11 @@ IC_STREAM = 2**30
 PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
          "diagnostics", "wait")
 #: From this many ranks on, the energy correction finds the new potential at its own stars' old
-#: radii by bisection (O(N/P log N) per rank) instead of merging all N old radii (O(N) on every
-#: rank): 12 ns per star of all N against 125-260 ns per own star (N = 1e5-1e6, one core).
-OLD_POTENTIAL_LOOKUP_MIN_RANKS = 16
+#: radii by bisection (O(N/P log N) per rank, 130-250 ns per own star at N = 1e5-1e6, one
+#: core) instead of merging its segment of the old radii (6 ns per star of the segment) and
+#: gathering all N values (8 bytes per star of all N: 0.7 ns at 12 GB/s), which is cheaper up
+#: to P ~ 190-370 (bench/perf_model.py).
+OLD_POTENTIAL_LOOKUP_MIN_RANKS = 256
 #: Columns of :meth:`Simulation._structure_sums`: W and the four core sums.
 STRUCTURE_SUMS = 5
 #: A cluster with fewer objects has dissolved (the step needs a few 20-star blocks).
@@ -575,6 +582,7 @@ class Simulation:
                                       sample_size=cfg.sample_size or None, rows=keep_rows)
         self.stars = stars = StarTable(sorted_fields)
         r_old_all = self.r_all
+        old_bounds = rank_bounds(self.n_total, self.size)  # the ranks' rows of r_old_all
         self.sync_replicated()
         t5 = time.perf_counter()
         self.timers["sort"] += t5 - t4
@@ -584,7 +592,12 @@ class Simulation:
             phi_at_old = np.empty(r_old_all.shape[0])
             potential_at_points(self.r_all, self.phi_all, self.mcum_all, r_old_all,
                                 stars.old_index, phi_at_old)
-        else:
+        elif self.size > 1:  # each rank merges its segment of the old radii, then one gather
+            lo, hi = int(old_bounds[self.rank]), int(old_bounds[self.rank + 1])
+            phi_at_old = allgatherv_array(self.comm, potential_at_sorted_radii(
+                self.r_all, self.phi_all, self.mcum_all, r_old_all[lo:hi]),
+                rows=np.diff(old_bounds))
+        else:  # every point gets the same interval and formula: the bits of the gathered ones
             phi_at_old = potential_at_sorted_radii(self.r_all, self.phi_all, self.mcum_all,
                                                    r_old_all)
         correct_velocities(self.r_all, self.phi_all, self.offset, stars.m, r_old_all, phi_at_old,
@@ -1623,7 +1636,9 @@ def orbit_kernel(backend: str, comm):
     device ``k`` modulo the device count.
     """
     if backend == "cpu":
-        return new_orbits_rows
+        if comm.Get_size() == 1:
+            return new_orbits_rows
+        return functools.partial(_orbits_shared_table, comm)
     check_orbit_backend(backend, comm)
     from physics.orbits_gpu import DeviceOrbits, device_count
 
@@ -1631,6 +1646,24 @@ def orbit_kernel(backend: str, comm):
     kernel = DeviceOrbits(backend, device)
     log.info("new orbits on %s", kernel.device)
     return kernel
+
+
+def _orbits_shared_table(comm, r_all: np.ndarray, phi_all: np.ndarray, *rest) -> None:
+    """:func:`physics.orbits.new_orbits_rows` under MPI (collective): the ranks build the
+    radius lookup table together, each the entries of its own segment of ``r_all``
+    (:func:`physics.potential.radius_lookup_entries`) and one Allgatherv of about 2 bytes per
+    star, instead of every rank walking all N radii; the table's values, and so the orbits,
+    are the same bits as a single process's."""
+    n = r_all.shape[0]
+    if n == 0:
+        new_orbits_rows(r_all, phi_all, *rest)
+        return
+    bounds = rank_bounds(n, comm.Get_size())
+    k = comm.Get_rank()
+    lut = allgatherv_array(comm, radius_lookup_entries(r_all, LOOKUP_PER_BUCKET,
+                                                       int(bounds[k]), int(bounds[k + 1])))
+    lut_lo, lut_inv = radius_lookup_scale(r_all, LOOKUP_PER_BUCKET)
+    new_orbits_rows_lut(r_all, phi_all, *rest, lut, lut_lo, lut_inv)
 
 
 def scatter_global(comm, glob: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:

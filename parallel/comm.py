@@ -391,7 +391,7 @@ def exscan_sum(comm: Any, value: int) -> int:
     return 0 if comm.Get_rank() == 0 else int(recv[0])
 
 
-def allgatherv_array(comm: Any, local: np.ndarray) -> np.ndarray:
+def allgatherv_array(comm: Any, local: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """Concatenate every rank's array along axis 0, in rank order, on every rank.
 
     Sizes are exchanged with one ``allgather``; the data then travel with one
@@ -406,6 +406,10 @@ def allgatherv_array(comm: Any, local: np.ndarray) -> np.ndarray:
         1-D array, or N-D array whose rows (axis 0) are gathered. Trailing
         shape and dtype must agree on all ranks; the length may differ and may
         be zero.
+    rows : array_like of int, shape (P,), optional
+        Every rank's number of rows, where every rank knows them (the same on all ranks):
+        the sizes' ``allgather`` is then skipped (one message instead of two).  The caller
+        guarantees them; a wrong count is an MPI error, not a ValueError.
 
     Returns
     -------
@@ -425,14 +429,22 @@ def allgatherv_array(comm: Any, local: np.ndarray) -> np.ndarray:
         return local.copy()
     from mpi4py import MPI
 
-    meta = comm.allgather((local.shape[0], local.shape[1:], local.dtype.str, local.dtype.descr))
-    # Every rank sees the same metadata, so they all raise together (no deadlock).
-    if any(m[1:] != meta[0][1:] for m in meta):
-        raise ValueError(
-            "allgatherv_array: trailing shape/dtype differ between ranks: "
-            + ", ".join(f"{m[1]} {m[2]}" for m in meta)
-        )
-    rows = np.array([m[0] for m in meta], dtype=np.int64)
+    if rows is None:
+        meta = comm.allgather((local.shape[0], local.shape[1:], local.dtype.str,
+                               local.dtype.descr))
+        # Every rank sees the same metadata, so they all raise together (no deadlock).
+        if any(m[1:] != meta[0][1:] for m in meta):
+            raise ValueError(
+                "allgatherv_array: trailing shape/dtype differ between ranks: "
+                + ", ".join(f"{m[1]} {m[2]}" for m in meta)
+            )
+        rows = np.array([m[0] for m in meta], dtype=np.int64)
+    else:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.shape != (comm.Get_size(),) or rows[comm.Get_rank()] != local.shape[0]:
+            # the caller's own count is checkable without a message; the others' are not
+            raise ValueError(f"allgatherv_array: rows {rows.tolist()} do not fit "
+                             f"{comm.Get_size()} ranks with {local.shape[0]} rows here")
     if not rows.any():  # nothing anywhere (every rank knows): no second message
         return np.empty((0,) + local.shape[1:], dtype=local.dtype)
     row_bytes = local.dtype.itemsize * int(np.prod(local.shape[1:], dtype=np.int64))

@@ -75,6 +75,8 @@ FANOUT_BITS = 4
 FANOUT = 1 << FANOUT_BITS
 #: Most entries scanned on the top search level.
 TOP_ENTRIES = 128
+#: Stars per bucket of the radius lookup table (:func:`physics.potential.radius_lookup_table`).
+LOOKUP_PER_BUCKET = 4
 
 
 @njit(cache=True)
@@ -389,7 +391,7 @@ def new_orbits(r_all, phi_all, mcum_all, offset, m, vr, vt, states, r_tidal,
                     r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states, r_tidal,
                     r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo):
     """Sample new orbits for the local stars (one kernel over all of them).
@@ -427,8 +429,20 @@ def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, stat
         Output apocentre of each row's orbit in the old potential (``inf`` if unbound): a
         shrinking tidal radius strips by it after the step's mass loss is known.
     """
+    lut, lut_lo, lut_inv = radius_lookup_table(r_all, LOOKUP_PER_BUCKET)
+    new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states,
+                        r_tidal, r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo,
+                        lut, lut_lo, lut_inv)
+
+
+@njit(cache=True, parallel=True)
+def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states,
+                        r_tidal, r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo,
+                        lut, lut_lo, lut_inv):
+    """:func:`new_orbits_rows` with the radius lookup table of ``r_all`` given
+    (:func:`physics.potential.radius_lookup_table`'s three values): under MPI the ranks
+    build it together (:func:`physics.potential.radius_lookup_entries`)."""
     nblocks = states.shape[0]
-    lut, lut_lo, lut_inv = radius_lookup_table(r_all, 4)
     lev_r, lev_phi, offsets, shifts = search_levels(r_all, phi_all)
     for blk in prange(nblocks):
         _orbit_block(blk, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, lut,

@@ -256,18 +256,83 @@ def radius_lookup_table(r: np.ndarray, per_bucket: int = 4):
     if n == 0:
         lut[:] = 0
         return lut, 0.0, 1.0
-    lo = _log_scale(r[0])
-    span = _log_scale(r[n - 1]) - lo
-    inv = nb / span if span > 0.0 else 1.0
+    lo, inv = _lookup_scale(r, nb)
     i = 0
     for j in range(nb + 2):
         # stars of buckets below j: the same bucket formula as in locate_radius
-        while i < n and min(int((_log_scale(r[i]) - lo) * inv), nb) < j:
+        while i < n and _lookup_bucket(r[i], lo, inv, nb) < j:
             i += 1
         lut[j] = i
     lut[0] = 0
     lut[nb + 1] = n
     return lut, lo, inv
+
+
+@njit(cache=True, inline="always")
+def _lookup_scale(r, nb):
+    """(f0, inv_width) of :func:`radius_lookup_table` for ``nb`` buckets (``r`` not empty)."""
+    lo = _log_scale(r[0])
+    span = _log_scale(r[r.shape[0] - 1]) - lo
+    return lo, (nb / span if span > 0.0 else 1.0)
+
+
+@njit(cache=True, inline="always")
+def _lookup_bucket(x, lo, inv, nb):
+    """The bucket of radius ``x`` (the last one also holds everything beyond it)."""
+    return min(int((_log_scale(x) - lo) * inv), nb)
+
+
+@njit(cache=True)
+def radius_lookup_scale(r: np.ndarray, per_bucket: int) -> tuple[float, float]:
+    """The ``(f0, inv_width)`` of :func:`radius_lookup_table` (``r`` sorted, not empty)."""
+    return _lookup_scale(r, max(1, r.shape[0] // per_bucket))
+
+
+@njit(cache=True)
+def radius_lookup_entries(r: np.ndarray, per_bucket: int, a: int, b: int) -> np.ndarray:
+    """The entries of :func:`radius_lookup_table`'s table owned by the stars ``a .. b - 1``.
+
+    Entry ``j`` counts the stars of buckets below ``j``; the stars ``[a, b)`` own the entries
+    whose last counted star is one of theirs (the first ones, down to 0, belong to ``a = 0``;
+    the last ones, up to ``n``, to ``b = n``).  The ranks' entries, for the consecutive
+    segments of the block layout concatenated in rank order, are the whole table, the same
+    values; each rank walks its own stars and their buckets only, so building the table divides
+    by the number of ranks (followed by one Allgatherv of about 2 bytes per star).
+
+    Parameters
+    ----------
+    r : ndarray, shape (N,), N > 0
+        All radii, sorted (the replicated array) [Hénon length].
+    per_bucket : int
+        Stars per bucket on average, as for :func:`radius_lookup_table`.
+    a, b : int
+        The segment, ``0 <= a <= b <= N``; an empty one gets no entries.
+
+    Returns
+    -------
+    ndarray of int64
+        The entries ``j0 .. j1 - 1`` of the table (``j0`` = 0 for ``a`` = 0, else one past the
+        bucket of star ``a - 1``; ``j1`` = ``nb + 2`` for ``b`` = N, else one past the bucket
+        of star ``b - 1``).
+    """
+    n = r.shape[0]
+    if a >= b:  # an empty segment owns nothing (its neighbours own the entries at its cut)
+        return np.empty(0, dtype=np.int64)
+    nb = max(1, n // per_bucket)
+    lo, inv = _lookup_scale(r, nb)
+    j0 = 0 if a == 0 else _lookup_bucket(r[a - 1], lo, inv, nb) + 1
+    j1 = nb + 2 if b == n else _lookup_bucket(r[b - 1], lo, inv, nb) + 1
+    out = np.empty(max(0, j1 - j0), dtype=np.int64)
+    i = a  # every star before a lies in a bucket below j0
+    for j in range(j0, j1):
+        while i < n and _lookup_bucket(r[i], lo, inv, nb) < j:
+            i += 1
+        out[j - j0] = i
+    if j0 == 0 and out.shape[0] > 0:
+        out[0] = 0
+    if j1 == nb + 2 and out.shape[0] > 0:
+        out[out.shape[0] - 1] = n
+    return out
 
 
 @njit(cache=True, inline="always")

@@ -66,17 +66,26 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
 
     bench = {"steps": [row(1, parts, sum(parts.values())),
                        row(2, two, sum(two.values()))]}
+    lookup = f"energy, P >= {perf_model.OLD_POTENTIAL_LOOKUP_MIN_RANKS}"
     rep = {100_000: {"sort": {"copy r, m (allgather)": 0.001, "compute_potential": 0.004},
                      "energy": {"potential_at_sorted_radii": 0.012},
-                     "energy, P >= 16": {"potential_at_points (per own star)": 0.2}}}
+                     lookup: {"potential_at_points (per own star)": 0.2}}}
     monkeypatch.setattr(perf_model, "ALPHA_S", 0.0)
     monkeypatch.setattr(perf_model, "BETA_BPS", float("inf"))
     m = perf_model.model(bench, rep, 0.0)[100_000]
     assert m["today"][1] == pytest.approx(m["measured_speedup_P2"], rel=1e-12)
-    # from 16 ranks on the energy step's lookups divide by P: only the rest stays replicated
+    # the energy step's merge is made on each rank's segment: only the potential and the
+    # gathered copy stay replicated, and they cap the speedup
     cap = sum(parts.values()) / (0.001 + 0.004)
     assert m["today"][-1] < cap and m["segments"][-1] > m["today"][-1]
     assert m["today"][PS.index(16)] > m["today"][PS.index(8)]
+    # the same figures with that merge repeated by every rank: a lower speedup from 4 ranks
+    # on, until the lookups of own stars replace it
+    monkeypatch.setattr(perf_model, "SEGMENTED", frozenset())
+    repeated = perf_model.model(bench, rep, 0.0)[100_000]
+    assert repeated["today"][1] == pytest.approx(m["today"][1], rel=1e-12)
+    k = PS.index(perf_model.OLD_POTENTIAL_LOOKUP_MIN_RANKS)
+    assert all(a < b for a, b in zip(repeated["today"][2:k], m["today"][2:k]))
 
 
 def test_segregation_collapse_reads_a_running_median():

@@ -38,6 +38,27 @@ def test_locate_radius_matches_bisection(per_bucket):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("per_bucket", [1, 4])
+def test_lookup_table_entries_of_segments_are_the_table(per_bucket):
+    """The entries each rank builds from its own stars (radius_lookup_entries), concatenated
+    in rank order, are the whole table for any cut of the stars into segments: empty ones,
+    one star, cuts inside a run of equal radii, 1-7 segments."""
+    from physics.potential import radius_lookup_entries
+
+    gen = np.random.default_rng(5)
+    r = np.sort(np.concatenate([10.0 ** gen.uniform(-6, 3, 3000), np.full(40, 0.5)]))
+    lut = radius_lookup_table(r, per_bucket)[0]
+    n = r.size
+    equal = int(np.searchsorted(r, 0.5)) + 5  # a cut between two equal radii
+    cuts = [[0, n], [0, 0, n], [0, n, n], [0, 1, n], [0, equal, n], [0, 1500, 1500, n],
+            [0, n - 1, n], [0, 0, 0, n, n]]
+    cuts += [[0, *np.sort(gen.integers(0, n, p - 1)).tolist(), n] for p in range(2, 8)]
+    for bounds in cuts:
+        parts = [radius_lookup_entries(r, per_bucket, int(a), int(b))
+                 for a, b in zip(bounds[:-1], bounds[1:])]
+        np.testing.assert_array_equal(np.concatenate(parts), lut, err_msg=str(bounds))
+
+
 def phi_self_removed(r, phi, mcum, s, m_s, x):
     """Reference: potential at x of all stars but s (plain Python, eq 6)."""
     return potential_at_radius(r, phi, mcum, x) + m_s / max(x, r[s])
