@@ -27,8 +27,8 @@ Model, per step, P ranks of one thread each::
 
 Today's code already makes some passes on each rank's segment (:data:`SEGMENTED`).  A second
 design ("segments") is projected beside it: every remaining replicated pass but the Allgatherv
-(the potential's prefix sums, the orbit search's levels, the time-step windows) done on each
-rank's segment, its results gathered (:data:`SEGMENTS_GATHER_BYTES`).
+(the potential's prefix sums, the orbit search's levels) done on each rank's segment, its
+results gathered (:data:`SEGMENTS_GATHER_BYTES`).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ PS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 #: CMC-COSMIC's one-rank step on this machine kind (issue 16's measurement, N = 1e5).
 CMC_US_PER_STAR_STEP = 3.01
 #: The "segments" design's extra traffic, bytes per star of all N: the potential and enclosed
-#: mass (16; each rank's prefix sums over its segment, offsets by one small collective), the
-#: orbit search's levels (every 16th r and phi and their subsamples, ~1) and the time-step
-#: windows (~0.4), gathered instead of computed by every rank.
-SEGMENTS_GATHER_BYTES = 17.4
+#: mass (16; each rank's prefix sums over its segment, offsets by one small collective) and the
+#: orbit search's levels (every 16th r and phi and their subsamples, ~1), gathered instead of
+#: computed by every rank.
+SEGMENTS_GATHER_BYTES = 17.0
 #: Bytes per star of the energy correction's Allgatherv (the new potential at the old radii),
 #: made below OLD_POTENTIAL_LOOKUP_MIN_RANKS ranks only.
 ENERGY_GATHER_BYTES = 8.0
@@ -67,9 +67,10 @@ ENERGY_GATHER_BYTES = 8.0
 #: collective: they divide by P (the diagnostics' W and core sums, added by the step's one
 #: reduction; the energy correction's merge of the old radii, followed by one Allgatherv of 8
 #: bytes per star; the orbit kernel's radius lookup table, one Allgatherv of about 2 bytes per
-#: star; the bench's traffic counts those bytes).  The others are repeated by every rank.
+#: star; the time step's windows, each rank's own and the O(P) boundary blocks gathered; the
+#: bench's traffic counts those bytes).  The others are repeated by every rank.
 SEGMENTED = frozenset({"potential_energy", "core_properties", "potential_at_sorted_radii",
-                       "radius_lookup_table"})
+                       "radius_lookup_table", "window_relaxation_times"})
 SMALL = ("Allreduce", "allreduce", "allgather", "bcast", "Bcast", "gather", "Exscan",
          "Alltoall", "exscan", "reduce", "Reduce")
 

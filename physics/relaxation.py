@@ -83,28 +83,94 @@ def window_relaxation_times(r_all, moments, n0, coulomb_ratio, width=WINDOW_BLOC
     nw = (nb + width - 1) // width
     out = np.empty(nw)
     for wdx in range(nw):
-        cnt = 0.0
-        mv2 = 0.0
-        m2 = 0.0
-        m1 = 0.0
-        for b in range(wdx * width, min(nb, (wdx + 1) * width)):
-            cnt += moments[b, 0]
-            mv2 += moments[b, 1]
-            m2 += moments[b, 2]
-            m1 += moments[b, 3]
-        first = wdx * width * BIN
-        last = min(r_all.shape[0], first + int(cnt)) - 1
-        if cnt < 3.0 or mv2 <= 0.0 or m2 <= 0.0:
-            out[wdx] = np.inf
-            continue
-        vol = 4.0 / 3.0 * np.pi * (r_all[last] ** 3 - r_all[first] ** 3)
-        if vol <= 0.0:
-            out[wdx] = np.inf
-            continue
-        nprime = (cnt - 1.0) / (vol * n0)
-        w = 4.0 * np.sqrt(mv2 / m1) / np.sqrt(3.0 * np.pi)
-        out[wdx] = np.pi / 32.0 * w ** 3 / (4.0 * (m2 / cnt) * nprime * coulomb_ratio)
+        out[wdx] = _window_time(r_all, moments, wdx * width, min(nb, (wdx + 1) * width),
+                                wdx * width * BIN, n0, coulomb_ratio)
     return out
+
+
+@njit(cache=True)
+def _window_time(r_all, moments, b0, b1, first, n0, coulomb_ratio):
+    """T of one window: the blocks ``moments[b0:b1]`` (summed in order), whose first star is
+    global star ``first`` (:func:`window_relaxation_times`)."""
+    cnt = 0.0
+    mv2 = 0.0
+    m2 = 0.0
+    m1 = 0.0
+    for b in range(b0, b1):
+        cnt += moments[b, 0]
+        mv2 += moments[b, 1]
+        m2 += moments[b, 2]
+        m1 += moments[b, 3]
+    last = min(r_all.shape[0], first + int(cnt)) - 1
+    if cnt < 3.0 or mv2 <= 0.0 or m2 <= 0.0:
+        return np.inf
+    vol = 4.0 / 3.0 * np.pi * (r_all[last] ** 3 - r_all[first] ** 3)
+    if vol <= 0.0:
+        return np.inf
+    nprime = (cnt - 1.0) / (vol * n0)
+    w = 4.0 * np.sqrt(mv2 / m1) / np.sqrt(3.0 * np.pi)
+    return np.pi / 32.0 * w ** 3 / (4.0 * (m2 / cnt) * nprime * coulomb_ratio)
+
+
+@njit(cache=True)
+def _nan_min(a, b):
+    """min that keeps a NaN, as ``numpy.min`` of the whole array does."""
+    if a != a or b != b:
+        return np.nan
+    return a if a <= b else b
+
+
+@njit(cache=True)
+def window_min_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio, width):
+    """Smallest :func:`window_relaxation_times` value over the windows that lie wholly in the
+    local blocks (global blocks ``block0 .. block0 + len(moments) - 1`` of ``nb_total``);
+    ``inf`` if none, NaN if any is NaN.  Each such window gets the whole-array function's
+    operations, so the minimum over the ranks' values and :func:`window_min_straddling`'s is
+    its minimum, bit for bit."""
+    end = block0 + moments.shape[0]
+    best = np.inf
+    wdx = (block0 + width - 1) // width  # the first window starting in the local blocks
+    while wdx * width < end and min(nb_total, (wdx + 1) * width) <= end:
+        b0 = wdx * width
+        t = _window_time(r_all, moments, b0 - block0, min(nb_total, b0 + width) - block0,
+                         b0 * BIN, n0, coulomb_ratio)
+        best = _nan_min(best, t)
+        wdx += 1
+    return best
+
+
+def window_boundary_rows(moments: np.ndarray, block0: int, nb_total: int,
+                         width: int) -> np.ndarray:
+    """The local blocks whose window does not lie wholly in the local blocks, as rows
+    ``(global block index, the block's four moments)``, shape (k, 5): what the neighbouring
+    ranks need to evaluate the windows that straddle a rank boundary (at most ``2 (width - 1)``
+    blocks per rank)."""
+    nloc = moments.shape[0]
+    g = block0 + np.arange(nloc)
+    w_start = (g // width) * width
+    w_end = np.minimum(nb_total, w_start + width)
+    edge = (w_start < block0) | (w_end > block0 + nloc)
+    return np.column_stack((g[edge].astype(np.float64), moments[edge]))
+
+
+@njit(cache=True)
+def window_min_straddling(r_all, rows, n0, coulomb_ratio, width):
+    """Smallest relaxation time over the windows made of the gathered boundary ``rows``
+    (:func:`window_boundary_rows` of every rank, in rank order: ascending global blocks);
+    ``inf`` if none, NaN if any is NaN."""
+    best = np.inf
+    n = rows.shape[0]
+    mom = np.ascontiguousarray(rows[:, 1:5])
+    i = 0
+    while i < n:
+        wdx = int(rows[i, 0]) // width
+        j = i + 1
+        while j < n and int(rows[j, 0]) // width == wdx:
+            j += 1
+        best = _nan_min(best, _window_time(r_all, mom, i, j, wdx * width * BIN, n0,
+                                           coulomb_ratio))
+        i = j
+    return best
 
 
 def bin_relaxation_times(r, m, vr, vt, n0, coulomb_ratio, width=1):

@@ -83,3 +83,58 @@ def test_relaxation_time_of_bins(plummer_5k):
     t_an = np.pi / 32 * w ** 3 / (4 * nprime)
     ratio = np.median(t[sel] / t_an)
     assert ratio == pytest.approx(1.0, rel=0.25)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_window_minimum_from_rank_segments_is_the_whole_arrays(plummer_5k, width):
+    """Each rank's minimum over the windows inside its blocks, with the windows straddling
+    rank boundaries made from the gathered boundary blocks, is the minimum of all windows
+    bit for bit, for any block layout (empty ranks, one block, a partial last block); a NaN
+    window gives NaN as numpy's minimum does, and no window at all gives inf."""
+    from parallel.decomposition import rank_bounds
+    from physics.relaxation import (
+        block_moments,
+        window_boundary_rows,
+        window_min_inside,
+        window_min_straddling,
+        window_relaxation_times,
+    )
+
+    n = 4990  # a partial last block
+    r, m = plummer_5k["r"][:n], plummer_5k["m"][:n] * 1.3
+    vr, vt = plummer_5k["vr"][:n], plummer_5k["vt"][:n]
+    n0 = float(n)
+
+    def by_segments(moments, p):
+        bounds = (rank_bounds(n, p) + 19) // 20  # blocks; the last one partial
+        nb = moments.shape[0]
+        inside, rows = [], []
+        for k in range(p):
+            mine = moments[bounds[k]:bounds[k + 1]]
+            inside.append(window_min_inside(r, mine, int(bounds[k]), nb, n0, 0.9, width))
+            rows.append(window_boundary_rows(mine, int(bounds[k]), nb, width))
+            assert rows[-1].shape[0] <= 2 * (width - 1)
+        edge = np.ascontiguousarray(np.vstack(rows))
+        return np.min(np.append(inside, window_min_straddling(r, edge, n0, 0.9, width)))
+
+    moments = block_moments(m, vr, vt, n0)
+    for p in (1, 2, 3, 5, 7, 60, 300):  # 300 ranks: most of them empty
+        whole = window_relaxation_times(r, moments, n0, 0.9, width)
+        assert by_segments(moments, p) == whole.min(), p
+    # the shortest window straddles the boundary between ranks 0 and 1 of three (block 83)
+    cold = moments.copy()
+    cold[82:84, 1] *= 1e-3
+    t = window_relaxation_times(r, cold, n0, 0.9, width)
+    assert np.isfinite(t).all() and int(np.argmin(t)) == 82 // width
+    assert by_segments(cold, 3) == t.min()
+    if width > 1:  # only the straddling windows' rows hold it
+        inside = [window_min_inside(r, cold[a:b], a, cold.shape[0], n0, 0.9, width)
+                  for a, b in ((0, 83), (83, 166), (166, 250))]
+        assert min(inside) > t.min()
+    bad = moments.copy()
+    bad[37, 1] = np.nan  # a NaN window propagates, whichever rank holds it
+    for p in (1, 3, 7):
+        assert np.isnan(by_segments(bad, p))
+    empty = np.zeros((0, 4))
+    assert window_min_inside(r, empty, 0, 0, n0, 0.9, width) == np.inf
+    assert window_min_straddling(r, np.zeros((0, 5)), n0, 0.9, width) == np.inf
