@@ -409,7 +409,9 @@ def allgatherv_array(comm: Any, local: np.ndarray, rows: np.ndarray | None = Non
     rows : array_like of int, shape (P,), optional
         Every rank's number of rows, where every rank knows them (the same on all ranks):
         the sizes' ``allgather`` is then skipped (one message instead of two).  The caller
-        guarantees them; a wrong count is an MPI error, not a ValueError.
+        guarantees them: only this rank's own count can be checked without a message, and a
+        mismatch there raises ValueError on this rank alone (a caller's bug, not a run's
+        condition: the other ranks are not told).
 
     Returns
     -------

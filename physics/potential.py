@@ -251,21 +251,11 @@ def radius_lookup_table(r: np.ndarray, per_bucket: int = 4):
     ``lut[j]`` is the number of stars in buckets below ``j``.  Used by :func:`locate_radius`.
     """
     n = r.shape[0]
-    nb = max(1, n // per_bucket)
-    lut = np.empty(nb + 2, dtype=np.int64)
     if n == 0:
-        lut[:] = 0
-        return lut, 0.0, 1.0
-    lo, inv = _lookup_scale(r, nb)
-    i = 0
-    for j in range(nb + 2):
-        # stars of buckets below j: the same bucket formula as in locate_radius
-        while i < n and _lookup_bucket(r[i], lo, inv, nb) < j:
-            i += 1
-        lut[j] = i
-    lut[0] = 0
-    lut[nb + 1] = n
-    return lut, lo, inv
+        return np.zeros(3, dtype=np.int64), 0.0, 1.0
+    lo, inv = _lookup_scale(r, max(1, n // per_bucket))
+    # every entry: the one segment that holds all stars
+    return radius_lookup_entries(r, per_bucket, 0, n), lo, inv
 
 
 @njit(cache=True, inline="always")
@@ -325,6 +315,7 @@ def radius_lookup_entries(r: np.ndarray, per_bucket: int, a: int, b: int) -> np.
     out = np.empty(max(0, j1 - j0), dtype=np.int64)
     i = a  # every star before a lies in a bucket below j0
     for j in range(j0, j1):
+        # stars of buckets below j: the same bucket formula as in locate_radius
         while i < n and _lookup_bucket(r[i], lo, inv, nb) < j:
             i += 1
         out[j - j0] = i
