@@ -11,9 +11,10 @@ The sort follows the paper (sections 3.4 and 3.5):
 2. ``s`` regular samples per rank, gathered on rank 0;
 3. rank 0 picks ``P - 1`` splitters and broadcasts them;
 4. each rank cuts its sorted data at the splitters (binary search), exchanges
-   counts with ``Alltoall`` and records with ``Alltoallv``;
-5. the received runs are merged (pairwise merges of the sorted runs, unpacked
-   in merged order).
+   counts with ``Alltoall`` and records with ``Alltoallv`` (only the stars that
+   change rank travel; a rank's own slice stays, at P = 2 about four fifths);
+5. the received runs and the own slice are merged (pairwise merges of the
+   sorted runs) and every record is placed at its merged position.
 
 :func:`sample_sort` leaves the ranks approximately balanced; then
 :func:`redistribute_to_blocks` moves stars so that rank ``k`` holds exactly
@@ -196,6 +197,32 @@ def _records_to_words(src, offsets, order, dsts):
                     j = order[i]
                     for w in range(dst.shape[1]):
                         dst[i, w] = src[j, o + w]
+
+
+# The MPI sort sends only the stars that change rank (at P = 2 about a fifth of them): the
+# records packed in sorted order are cut into one slice per destination, the slice of the
+# rank's own stars stays, and this kernel places it and the received runs at their merged
+# positions (each run read in order, its rows written at increasing positions).
+@njit(cache=True, parallel=True)
+def _records_to_words_at(src, offsets, pos, dsts):
+    """``dsts[f][pos[i]] = field f of record i``."""
+    n = pos.shape[0]
+    for c in prange((n + _PACK_CHUNK - 1) // _PACK_CHUNK):
+        lo = c * _PACK_CHUNK
+        hi = min(n, lo + _PACK_CHUNK)
+        for f in range(len(dsts)):
+            dst = dsts[f]
+            o = offsets[f]
+            if dst.shape[1] == 2:
+                for i in range(lo, hi):
+                    k = pos[i]
+                    dst[k, 0] = src[i, o]
+                    dst[k, 1] = src[i, o + 1]
+            else:
+                for i in range(lo, hi):
+                    k = pos[i]
+                    for w in range(dst.shape[1]):
+                        dst[k, w] = src[i, o + w]
 
 
 def _word_layout(dtype: np.dtype, names) -> np.ndarray | None:
@@ -668,14 +695,15 @@ def _merge_runs(keys, tbs, starts):
     return cur
 
 
-def _merge_order(rec: np.ndarray, run_counts: np.ndarray, key: str,
-                 tiebreak: str | None) -> np.ndarray:
-    """Order that sorts ``rec``, the concatenation of runs sorted by ``(key, tiebreak)``."""
-    keys = np.ascontiguousarray(rec[key])
-    tbs = (np.zeros(rec.size, dtype=np.int8) if tiebreak is None
-           else np.ascontiguousarray(rec[tiebreak]))
-    starts = np.concatenate(([0], np.cumsum(run_counts))).astype(np.int64)
-    return _merge_runs(keys, tbs, starts)
+@njit(cache=True)
+def _merge_positions(keys, tbs, starts):
+    """Position in the merged order of each element of the sorted runs of ``(keys, tbs)``
+    (the inverse of :func:`_merge_runs`' permutation)."""
+    order = _merge_runs(keys, tbs, starts)
+    where = np.empty(order.shape[0], dtype=np.int64)
+    for i in range(order.shape[0]):
+        where[order[i]] = i
+    return where
 
 
 def _rows_error(rows: np.ndarray | None, n: int) -> str | None:
@@ -737,26 +765,29 @@ def _exclusive_cumsum(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _exchange(comm: Any, rec: np.ndarray,
-              send_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Send consecutive slices of ``rec`` to ranks 0..P-1; receive in rank order.
+def _exchange(comm: Any, rec: np.ndarray, send_counts: np.ndarray,
+              send_starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Send slices of ``rec`` to ranks 0..P-1; receive in rank order.
 
-    ``send_counts[j]`` records (taken in order from the front of ``rec``) go to
-    rank ``j``. Counts travel with ``Alltoall``; the records travel as bytes of
-    their structured dtype with ``Alltoallv``. Returns the records received and
-    how many came from each rank.
+    ``send_counts[j]`` records go to rank ``j``, starting at record ``send_starts[j]``
+    (default: consecutive slices from the front of ``rec``).  Counts travel with
+    ``Alltoall``; the records travel as bytes of their structured dtype with ``Alltoallv``.
+    Returns the records received and how many came from each rank.
     """
     from mpi4py import MPI
 
     size = comm.Get_size()
     send_counts = np.ascontiguousarray(send_counts, dtype=np.int64)
+    if send_starts is None:
+        send_starts = _exclusive_cumsum(send_counts)
     recv_counts = np.empty(size, dtype=np.int64)
     comm.Alltoall(send_counts, recv_counts)
     item = rec.dtype.itemsize
     out = np.empty(int(recv_counts.sum()), dtype=rec.dtype)
     sendbuf = np.ascontiguousarray(rec).view(np.uint8)
     comm.Alltoallv(
-        [sendbuf, (send_counts * item, _exclusive_cumsum(send_counts) * item), MPI.BYTE],
+        [sendbuf, (send_counts * item, np.asarray(send_starts, dtype=np.int64) * item),
+         MPI.BYTE],
         [out.view(np.uint8), (recv_counts * item, _exclusive_cumsum(recv_counts) * item), MPI.BYTE],
     )
     return out, recv_counts
@@ -773,6 +804,28 @@ def default_sample_size(n_ranks: int) -> int:
     return int(min(max(4 * n_ranks, 64), 4096))
 
 
+def _place(fields: Mapping[str, np.ndarray], own: np.ndarray, own_pos: np.ndarray,
+           rec: np.ndarray, rec_pos: np.ndarray) -> Fields:
+    """New arrays of ``own.size + rec.size`` rows (the dtypes and shapes of ``fields``): row
+    ``own_pos[i]`` is record ``own[i]``, row ``rec_pos[j]`` is record ``rec[j]``."""
+    m = own.shape[0] + rec.shape[0]
+    out = {name: np.empty((m,) + arr.shape[1:], dtype=arr.dtype) for name, arr in fields.items()}
+    offs = _word_layout(rec.dtype, list(fields))
+    if m == 0:
+        return out
+    if offs is None:
+        for name in fields:
+            out[name][own_pos] = own[name]
+            out[name][rec_pos] = rec[name]
+        return out
+    dsts = tuple(_as_words(a, m) for a in out.values())
+    for src, pos in ((own, own_pos), (rec, rec_pos)):
+        if pos.shape[0]:
+            _records_to_words_at(_as_words(np.ascontiguousarray(src), src.shape[0]), offs,
+                                 np.ascontiguousarray(pos, dtype=np.intp), dsts)
+    return out
+
+
 def _sample_sort_records(
     comm: Any,
     fields: Mapping[str, np.ndarray],
@@ -781,31 +834,31 @@ def _sample_sort_records(
     sample_size: int | None,
     rows: np.ndarray | None = None,
     chunk: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Sample Sort proper on ``size > 1`` communicators.
+) -> Fields:
+    """Sample Sort proper on ``size > 1`` communicators: this rank's sorted run of stars.
 
-    Returns the records received (runs sorted per sender) and the order that merges them.
+    Only the stars that change rank are packed into records and sent (at P = 2 about a
+    fifth); the rows a rank keeps go from its fields straight to their merged positions.
 
     With ``chunk`` the cuts are made exact (:func:`_exact_cuts`), so that the one exchange
     leaves every rank its ``block_counts(N, P, chunk)`` records: no redistribution after it.
     """
     size = comm.Get_size()
+    me = comm.Get_rank()
     s = default_sample_size(size) if sample_size is None else int(sample_size)
 
-    # Phase 1: local sort (packing in sorted order). Errors are held back
-    # until all ranks know about them.
+    # Phase 1: local sort (of the keys). Errors are held back until all ranks know about them.
     err = _fields_error(fields, key, tiebreak, rows)
     if err is None:
         kv = fields[key]
         tv = None if tiebreak is None else fields[tiebreak]
         order = _selected_order(kv, tv, rows)
-        rec = pack_records(fields, order)
         keys = gather_rows(kv, order)
         tbs = None if tv is None else gather_rows(tv, order)
-        dtype_descr = rec.dtype.descr
+        dtype_descr = _record_dtype(fields).descr
     else:
-        rec = keys = tbs = dtype_descr = None
-    n_local = 0 if rec is None else rec.size
+        order = keys = tbs = dtype_descr = None
+    n_local = 0 if order is None else order.size
 
     # Phase 2: regular sampling at the centres of s equal slices.
     ns = min(s, n_local)
@@ -818,7 +871,7 @@ def _sample_sort_records(
     gathered = comm.gather((n_local, samp_k, samp_t, dtype_descr, err), root=0)
 
     # Phase 3: splitter selection on rank 0 (which also counts the stars).
-    if comm.Get_rank() == 0:
+    if me == 0:
         msg = _root_check(gathered)
         split = None if msg else _choose_splitters(gathered, size, tiebreak is not None)
         payload = (msg, split, sum(g[0] for g in gathered))
@@ -828,7 +881,7 @@ def _sample_sort_records(
     if msg:
         raise ValueError(err or f"sample_sort: invalid input on another rank: {msg}")
 
-    # Phase 4: cut at the splitters, exchange.
+    # Phase 4: cut at the splitters, exchange the stars that leave this rank.
     split_k, split_t = split
     if split_k is None:  # no samples at all, hence no stars anywhere
         bounds = np.zeros(size - 1, dtype=np.int64)
@@ -837,11 +890,28 @@ def _sample_sort_records(
         if chunk is not None:
             bounds = _exact_cuts(comm, keys, tbs, bounds,
                                  rank_bounds(n_total, size, chunk)[1:-1])
-    edges = np.concatenate(([0], bounds, [n_local]))
-    received, run_counts = _exchange(comm, rec, np.diff(edges))
+    edges = np.concatenate(([0], bounds, [n_local])).astype(np.int64)
+    lo, hi = int(edges[me]), int(edges[me + 1])
+    send_counts = np.diff(edges)
+    send_counts[me] = 0
+    rec = pack_records(fields, order)  # in sorted order: each destination's run is a slice
+    received, run_counts = _exchange(comm, rec, send_counts, edges[:-1])
 
-    # Phase 5: merge the received sorted runs (the caller unpacks in this order).
-    return received, _merge_order(received, run_counts, key, tiebreak)
+    # Phase 5: merge the runs (received ones and this rank's own, in rank order), then place
+    # every row at its merged position.
+    before = int(run_counts[:me].sum())
+    run_counts[me] = hi - lo
+    rk = np.ascontiguousarray(received[key])
+    merged_keys = np.concatenate((rk[:before], keys[lo:hi], rk[before:]))
+    if tiebreak is None:
+        merged_tbs = np.zeros(merged_keys.size, dtype=np.int8)
+    else:
+        rt = np.ascontiguousarray(received[tiebreak])
+        merged_tbs = np.concatenate((rt[:before], tbs[lo:hi], rt[before:]))
+    starts = np.concatenate(([0], np.cumsum(run_counts))).astype(np.int64)
+    where = _merge_positions(merged_keys, merged_tbs, starts)
+    return _place(fields, rec[lo:hi], where[before:before + hi - lo], received,
+                  np.concatenate((where[:before], where[before + hi - lo:])))
 
 
 def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.ndarray,
@@ -1008,8 +1078,7 @@ def sample_sort(
     _check_params(sample_size)
     if comm.Get_size() == 1:
         return _sorted_fields(fields, key, tiebreak)
-    rec, order = _sample_sort_records(comm, fields, key, tiebreak, sample_size)
-    return unpack_records(rec, order=order)
+    return _sample_sort_records(comm, fields, key, tiebreak, sample_size)
 
 
 def redistribute_to_blocks(
@@ -1097,5 +1166,4 @@ def parallel_sort(
     _check_params(sample_size, chunk)
     if comm.Get_size() == 1:
         return _sorted_fields(fields, key, tiebreak, rows)
-    rec, order = _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows, chunk)
-    return unpack_records(rec, order=order)
+    return _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows, chunk)
