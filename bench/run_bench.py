@@ -166,27 +166,68 @@ def check_targets(rows: list[dict], collapse: dict | None, cores: int) -> list[d
 
     out = []
     one = pick(100_000, 1, 1)
-    out.append({"target": f"N=1e5, 1 core: <= {TARGET_US_1CORE} us per star-step",
-                "measured": one["us_per_star_step"],
-                "met": one["us_per_star_step"] <= TARGET_US_1CORE})
+    t = {"target": f"N=1e5, 1 core: <= {TARGET_US_1CORE} us per star-step",
+         "measured": one["us_per_star_step"], "met": one["us_per_star_step"] <= TARGET_US_1CORE}
+    if not t["met"]:
+        parts = sorted(one["parts_us_per_star"].items(), key=lambda kv: -kv[1])[:3]
+        t["why"] = "largest parts: " + ", ".join(f"{k} {v:.3f}" for k, v in parts)
+        t["would_take"] = (f"{one['us_per_star_step'] - TARGET_US_1CORE:.3f} us per star-step "
+                           "less")
+    out.append(t)
     for what, r in (("threads", pick(100_000, 1, 2)), ("ranks", pick(100_000, 2, 1))):
         if r is not None:
-            out.append({"target": f"N=1e5, 2 {what}: efficiency >= {TARGET_EFFICIENCY:.0%}",
-                        "measured": r["efficiency"], "met": r["efficiency"] >= TARGET_EFFICIENCY})
+            t = {"target": f"N=1e5, 2 {what}: efficiency >= {TARGET_EFFICIENCY:.0%}",
+                 "measured": r["efficiency"], "met": r["efficiency"] >= TARGET_EFFICIENCY}
+            if not t["met"]:
+                t.update(scaling_loss(one, r, 2))
+            out.append(t)
     if collapse is not None:
         minutes = collapse["wall_s"] / 60
-        out.append({"target": f"Plummer N=1e5 to core collapse, theta_max 1.412, 40-star "
-                              f"windows, {cores} cores: <= {TARGET_COLLAPSE_MINUTES} min",
-                    "measured": minutes, "met": minutes <= TARGET_COLLAPSE_MINUTES,
-                    "steps": collapse["steps"],
-                    "steps_last_0.1_trh": collapse["steps_last_0.1_trh"],
-                    "run_made_at": collapse.get("commit", "unknown (before 2026-11-25)")})
+        t = {"target": f"Plummer N=1e5 to core collapse, theta_max 1.412, 40-star "
+                       f"windows, {cores} cores: <= {TARGET_COLLAPSE_MINUTES} min",
+             "measured": minutes, "met": minutes <= TARGET_COLLAPSE_MINUTES,
+             "steps": collapse["steps"],
+             "steps_last_0.1_trh": collapse["steps_last_0.1_trh"],
+             "run_made_at": collapse.get("commit", "unknown (before 2026-11-25)")}
+        if not t["met"]:
+            steps = collapse["steps"]
+            deep = [r for r in rows if r["config"] == "collapse" and r["ranks"] * r["threads"]
+                    == cores]
+            t["why"] = (f"{steps} steps ({collapse['steps_last_0.1_trh']} in the last 0.1 "
+                        f"t_rh0) at {collapse['wall_s'] / steps * 1e3:.1f} ms each; this "
+                        "sitting's step deep in collapse on all cores: " + ", ".join(
+                            f"{r['ms_per_step']:.1f} ms ({r['ranks']} rank(s) x "
+                            f"{r['threads']} thread(s))" for r in deep))
+            t["would_take"] = (f"{TARGET_COLLAPSE_MINUTES * 60 / steps * 1e3:.1f} ms per "
+                               "step on average, or as many fewer steps")
+        out.append(t)
     print("\nTargets (issue 16; docs/performance.md explains the misses):")
     for t in out:
         made = f" (the run was made at {t['run_made_at']})" if "run_made_at" in t else ""
         print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: measured "
               f"{t['measured']:.3g}{made}")
+        if "why" in t:
+            print(f"           why: {t['why']}\n           it would take: {t['would_take']}")
     return out
+
+
+def scaling_loss(one: dict, many: dict, cores: int) -> dict:
+    """Why a parallel row falls short of the efficiency target, part by part: each part's time
+    (the slowest rank's) above its one-core time divided by ``cores``, largest first; and what
+    it would take (the total to cut, us per star-step)."""
+    loss = {k: many["parts_us_per_star"][k] - one["parts_us_per_star"].get(k, 0.0) / cores
+            for k in many["parts_us_per_star"]}
+    worst = sorted(((v, k) for k, v in loss.items() if v > 0.0005), reverse=True)
+    need = one["us_per_star_step"] / (cores * TARGET_EFFICIENCY)
+    parts = ", ".join(f"{k} +{v:.3f} ({many['parts_us_per_star'][k]:.3f} against "
+                      f"{one['parts_us_per_star'].get(k, 0.0) / cores:.3f})" for v, k in worst[:4])
+    return {"loss_us_per_star": dict(loss),
+            "why": (f"{many['us_per_star_step']:.3f} us per star-step against "
+                    f"{one['us_per_star_step'] / cores:.3f} for perfect scaling; over it: "
+                    f"{parts}"),
+            "would_take": (f"{many['us_per_star_step'] - need:.3f} us per star-step less "
+                           f"(<= {need:.3f}), e.g. the parts above within "
+                           f"{1 / TARGET_EFFICIENCY - 1:.0%} of perfect scaling")}
 
 
 def gpu_section(quick: bool, cores: int) -> dict:

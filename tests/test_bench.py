@@ -88,6 +88,46 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
     assert all(a < b for a, b in zip(repeated["today"][2:k], m["today"][2:k]))
 
 
+def test_targets_say_why_and_what_it_would_take(monkeypatch):
+    """A missed efficiency target names the parts over perfect scaling, largest first, and
+    the cut that would meet it; a missed modelled speedup splits T(N, P) into its terms (they
+    add up to the modelled step) and names the terms whose removal would meet the paper's."""
+    import perf_model
+    import run_bench
+
+    one = {"us_per_star_step": 0.5, "parts_us_per_star": {"orbits": 0.4, "sort": 0.1}}
+    two = {"us_per_star_step": 0.33, "parts_us_per_star": {"orbits": 0.21, "sort": 0.12}}
+    got = run_bench.scaling_loss(one, two, 2)
+    assert got["loss_us_per_star"] == pytest.approx({"orbits": 0.01, "sort": 0.07})
+    assert got["why"].index("sort +0.070") < got["why"].index("orbits +0.010")
+    need = 0.5 / (2 * run_bench.TARGET_EFFICIENCY)
+    assert f"{0.33 - need:.3f} us per star-step less" in got["would_take"]
+
+    parts = {"potential": 0.02, "timestep": 0.002, "relaxation": 0.06, "encounters": 0.0,
+             "orbits": 0.5, "sort": 0.14, "energy": 0.04, "diagnostics": 0.01, "wait": 0.0}
+    half = {k: v / 2 for k, v in parts.items()}
+
+    def row(ranks, p):
+        return {"N": 100_000, "ranks": ranks, "threads": 1, "config": "Plummer",
+                "parts_us_per_star": p, "us_per_star_step": sum(p.values()),
+                "sent_by_method_rank0": {"Allreduce": [3, 300], "Allgatherv": [5, 8e5],
+                                         "Alltoallv": [2, 9e5]}}
+
+    lookup = f"energy, P >= {perf_model.OLD_POTENTIAL_LOOKUP_MIN_RANKS}"
+    rep = {100_000: {"sort": {"copy r, m (allgather)": 0.001, "compute_potential": 0.004},
+                     "energy": {"potential_at_sorted_radii": 0.012},
+                     lookup: {"potential_at_points (per own star)": 0.2}}}
+    models = perf_model.model({"steps": [row(1, parts), row(2, half)]}, rep, 2e-4)
+    m = models[100_000]
+    for k, p in enumerate(perf_model.PS[1:], start=1):
+        assert m["t1_s"] / sum(m["terms_s"][p].values()) == pytest.approx(m["today"][k])
+    lines = perf_model.speedup_targets(models, rep)
+    assert len(lines) == 3  # N = 1e5, 1e6 and 1e7 (the last two from the 1e5 figures)
+    assert lines[0].startswith("* **not met**: N = 1e+05") and "latency" in lines[0]
+    monkeypatch.setitem(perf_model.PAPER_SPEEDUP, 100_000, 1.0)
+    assert perf_model.speedup_targets(models, rep)[0].startswith("* met: N = 1e+05")
+
+
 def test_segregation_collapse_reads_a_running_median():
     """The validation's collapse time reads the innermost Lagrange radius through a running
     median: a few single-step dips (one star's position at small N) do not count, a sustained
