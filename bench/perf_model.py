@@ -367,8 +367,9 @@ def bench_section(bench: dict, source: str) -> str:
     parts = [k for k in rows[0]["parts_us_per_star"] if k != "encounters"]
     lines = ["<!-- bench:begin (bench/perf_model.py writes this section from the bench JSON) -->",
              "", f"`make bench` on {bench.get('machine', '?')} ({bench.get('cores', '?')} cores), "
-             f"{bench.get('date', '?')}; `{source}`.  Microseconds per star per step (the "
-             "fastest of 3 runs; parts: the slowest rank's).", "",
+             f"{bench.get('date', '?')}; `{source}`.  Microseconds per star per step (each row "
+             "the fastest of its rounds, each round the fastest of 3 timed runs; parts: the "
+             "slowest rank's).", "",
              "| config | N | ranks | threads | total | " + " | ".join(parts)
              + " | efficiency | ms/step | messages/step | kB/step | memory B/star |",
              "|---|---|---|---|---|" + "---|" * (len(parts) + 5)]
