@@ -174,13 +174,17 @@ def _words_to_records(srcs, offsets, dst):
                         dst[i, o + w] = src[i, w]
 
 
-# The mirror of the kernel above, taking an order: the MPI sort unpacks the received records
-# in merged order.  Permuting the records and then unpacking them read and wrote every record
-# twice (2 + 1.2 ms for 5e4 records of 96 bytes); here each record is read where it lies,
-# once: a chunk's records stay in the cache while its fields are copied out one after another.
+# The mirror of the kernel above, with the rows read and the rows written given: unpacking
+# records in a given order (``unpack_records``; permuting the records and then unpacking them
+# read and wrote every record twice, 2 + 1.2 ms for 5e4 records of 96 bytes, where here each
+# record is read where it lies, once), and the MPI sort's placement of its own slice and of
+# the received runs at their merged positions (``pos``; each run read in order, its rows
+# written at increasing positions).  A chunk's records stay in the cache while its fields are
+# copied out one after another.  ``order`` or ``pos`` None is the identity: numba compiles a
+# version without that load.
 @njit(cache=True, parallel=True)
-def _records_to_words(src, offsets, order, dsts):
-    n = order.shape[0]
+def _records_to_words(src, offsets, n, order, pos, dsts):
+    """``dsts[f][pos[i]] = field f of record order[i]`` for ``i < n``."""
     for c in prange((n + _PACK_CHUNK - 1) // _PACK_CHUNK):
         lo = c * _PACK_CHUNK
         hi = min(n, lo + _PACK_CHUNK)
@@ -189,40 +193,16 @@ def _records_to_words(src, offsets, order, dsts):
             o = offsets[f]
             if dst.shape[1] == 2:
                 for i in range(lo, hi):
-                    j = order[i]
-                    dst[i, 0] = src[j, o]
-                    dst[i, 1] = src[j, o + 1]
+                    j = i if order is None else order[i]
+                    k = i if pos is None else pos[i]
+                    dst[k, 0] = src[j, o]
+                    dst[k, 1] = src[j, o + 1]
             else:
                 for i in range(lo, hi):
-                    j = order[i]
+                    j = i if order is None else order[i]
+                    k = i if pos is None else pos[i]
                     for w in range(dst.shape[1]):
-                        dst[i, w] = src[j, o + w]
-
-
-# The MPI sort sends only the stars that change rank (at P = 2 about a fifth of them): the
-# records packed in sorted order are cut into one slice per destination, the slice of the
-# rank's own stars stays, and this kernel places it and the received runs at their merged
-# positions (each run read in order, its rows written at increasing positions).
-@njit(cache=True, parallel=True)
-def _records_to_words_at(src, offsets, pos, dsts):
-    """``dsts[f][pos[i]] = field f of record i``."""
-    n = pos.shape[0]
-    for c in prange((n + _PACK_CHUNK - 1) // _PACK_CHUNK):
-        lo = c * _PACK_CHUNK
-        hi = min(n, lo + _PACK_CHUNK)
-        for f in range(len(dsts)):
-            dst = dsts[f]
-            o = offsets[f]
-            if dst.shape[1] == 2:
-                for i in range(lo, hi):
-                    k = pos[i]
-                    dst[k, 0] = src[i, o]
-                    dst[k, 1] = src[i, o + 1]
-            else:
-                for i in range(lo, hi):
-                    k = pos[i]
-                    for w in range(dst.shape[1]):
-                        dst[k, w] = src[i, o + w]
+                        dst[k, w] = src[j, o + w]
 
 
 def _word_layout(dtype: np.dtype, names) -> np.ndarray | None:
@@ -330,9 +310,9 @@ def unpack_records(rec: np.ndarray, names: list[str] | tuple[str, ...] | None = 
     # a sub-array member's dtype gives an (n, k) array, as numpy's rec[name] does
     out = {name: np.empty(m, dtype=rec.dtype.fields[name][0]) for name in names}
     dsts = tuple(_as_words(a, m) for a in out.values())
-    order = np.arange(n, dtype=np.intp) if order is None else order
-    _records_to_words(_as_words(np.ascontiguousarray(rec), n), offs,
-                      np.ascontiguousarray(order, dtype=np.intp), dsts)
+    _records_to_words(_as_words(np.ascontiguousarray(rec), n), offs, m,
+                      None if order is None else np.ascontiguousarray(order, dtype=np.intp),
+                      None, dsts)
     return out
 
 
@@ -821,8 +801,9 @@ def _place(fields: Mapping[str, np.ndarray], own: np.ndarray, own_pos: np.ndarra
     dsts = tuple(_as_words(a, m) for a in out.values())
     for src, pos in ((own, own_pos), (rec, rec_pos)):
         if pos.shape[0]:
-            _records_to_words_at(_as_words(np.ascontiguousarray(src), src.shape[0]), offs,
-                                 np.ascontiguousarray(pos, dtype=np.intp), dsts)
+            _records_to_words(_as_words(np.ascontiguousarray(src), src.shape[0]), offs,
+                              pos.shape[0], None, np.ascontiguousarray(pos, dtype=np.intp),
+                              dsts)
     return out
 
 
