@@ -818,8 +818,9 @@ def _sample_sort_records(
 ) -> Fields:
     """Sample Sort proper on ``size > 1`` communicators: this rank's sorted run of stars.
 
-    Only the stars that change rank are packed into records and sent (at P = 2 about a
-    fifth); the rows a rank keeps go from its fields straight to their merged positions.
+    The records, packed in sorted order, go out one slice per destination; only the stars
+    that change rank travel (at P = 2 about a fifth), this rank's own slice stays, and both it
+    and the received runs are placed at their merged positions (:func:`_place`).
 
     With ``chunk`` the cuts are made exact (:func:`_exact_cuts`), so that the one exchange
     leaves every rank its ``block_counts(N, P, chunk)`` records: no redistribution after it.

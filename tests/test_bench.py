@@ -126,11 +126,11 @@ def test_targets_say_why_and_what_it_would_take(monkeypatch):
     m = models[100_000]
     for k, p in enumerate(perf_model.PS[1:], start=1):
         assert m["t1_s"] / sum(m["terms_s"][p].values()) == pytest.approx(m["today"][k])
-    lines = perf_model.speedup_targets(models, rep)
+    lines = perf_model.speedup_targets(models)
     assert len(lines) == 3  # N = 1e5, 1e6 and 1e7 (the last two from the 1e5 figures)
     assert lines[0].startswith("* **not met**: N = 1e+05") and "latency" in lines[0]
     monkeypatch.setitem(perf_model.PAPER_SPEEDUP, 100_000, 1.0)
-    assert perf_model.speedup_targets(models, rep)[0].startswith("* met: N = 1e+05")
+    assert perf_model.speedup_targets(models)[0].startswith("* met: N = 1e+05")
 
 
 def test_segregation_collapse_reads_a_running_median():
