@@ -85,6 +85,9 @@ def collapse_checkpoint(make: bool) -> dict | None:
         from cmc.io import read_diagnostics
 
         d, attrs = read_diagnostics(COLLAPSE_DIR / "diagnostics.h5")
+        timing = json.loads(attrs["timing"]) if "timing" in attrs else None
+        if timing:  # the process's time outside the step loop: imports, model, first outputs
+            timing["startup_s"] = wall - timing["wall_s"]
         t = d["time_trh"]
         last = t >= t[-1] - 0.1
         info.write_text(json.dumps({
@@ -93,6 +96,8 @@ def collapse_checkpoint(make: bool) -> dict | None:
             "steps_last_0.1_trh": int(d["step"][-1] - d["step"][np.argmax(last)]),
             "dt_first": float(d["dt"][d["dt"] > 0][0]), "dt_last": float(d["dt"][-1]),
             "stop_reason": str(attrs.get("stop_reason", "")),
+            # where the run's time went (Simulation.run's summary: parts, outputs, the rest)
+            "timing": timing,
             # the run is kept and reused: later sittings must know which code timed it
             "commit": _commit(), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
             indent=1) + "\n")
@@ -216,8 +221,9 @@ def check_targets(rows: list[dict], collapse: dict | None, cores: int) -> list[d
             deep = [r for r in rows if r["config"] == "collapse" and r["ranks"] * r["threads"]
                     == cores]
             t["why"] = (f"{steps} steps ({collapse['steps_last_0.1_trh']} in the last 0.1 "
-                        f"t_rh0) at {collapse['wall_s'] / steps * 1e3:.1f} ms each; this "
-                        "sitting's step deep in collapse on all cores: " + ", ".join(
+                        f"t_rh0) at {collapse['wall_s'] / steps * 1e3:.1f} ms each"
+                        + run_split(collapse.get("timing")) + "; this sitting's step deep "
+                        "in collapse on all cores: " + ", ".join(
                             f"{r['ms_per_step']:.1f} ms ({r['ranks']} rank(s) x "
                             f"{r['threads']} thread(s))" for r in deep))
             t["would_take"] = (f"{TARGET_COLLAPSE_MINUTES * 60 / steps * 1e3:.1f} ms per "
@@ -231,6 +237,23 @@ def check_targets(rows: list[dict], collapse: dict | None, cores: int) -> list[d
         if "why" in t:
             print(f"           why: {t['why']}\n           it would take: {t['would_take']}")
     return out
+
+
+def run_split(timing: dict | None) -> str:
+    """The collapse run's own account of its steps (``Simulation.run``'s timing summary) as
+    ``" (in the run: orbits 21.1, sort 4.5, ... ms per step)"``; empty for a run made before
+    runs kept one."""
+    if not timing or not timing.get("steps"):
+        return ""
+    ms = 1e3 / timing["steps"]
+    parts = sorted(((v, k) for k, v in timing["parts_s"].items() if v * ms >= 0.05),
+                   reverse=True)
+    rest = {"rest of the step": timing["step_other_s"], "outputs": timing["output_s"],
+            "rest of the loop": timing["loop_other_s"]}
+    return (" (in the run, ms per step: " + ", ".join(f"{k} {v * ms:.2f}" for v, k in parts)
+            + ", " + ", ".join(f"{k} {v * ms:.2f}" for k, v in rest.items())
+            + (f"; start-up {timing['startup_s']:.1f} s" if "startup_s" in timing else "")
+            + ")")
 
 
 def scaling_loss(one: dict, many: dict, cores: int) -> dict:

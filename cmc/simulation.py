@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from cmc import io as cio
@@ -238,6 +239,8 @@ class Simulation:
         self._fault = os.environ.get(FAULT_ENV)
         self._snap_step = -1
         self._dm_tidal = 0.0
+        #: where the last :meth:`run` spent its time (:meth:`_timing_summary`)
+        self.timing: dict = {}
         #: diagnostics rows recorded over the whole run (the restart's diag_rows onwards)
         self.n_rows = len(self.history.get("step", []))
         if self.size > 1 and cfg.run.emulate_ranks not in (0, self.size):
@@ -1475,14 +1478,24 @@ class Simulation:
                 self.write_snapshot()
                 self.write_checkpoint()
         reason = ""
+        # this invocation's time: in the step's parts, in writing outputs, and the rest
+        loop_start = time.perf_counter()
+        step0 = self.state.step
+        parts0 = dict(self.timers)
+        star_steps = 0.0
+        in_step = in_output = 0.0
         try:
             while not reason:
+                t_step = time.perf_counter()
                 try:
+                    star_steps += self.n_total
                     d = self.step()
                     reason = self._stop_reason(d)
                 except StopRun as exc:
                     reason = f"error: {exc}"
                     d = self.last
+                t_out = time.perf_counter()
+                in_step += t_out - t_step
                 if self._fault is not None:
                     _inject_fault(self._fault, self.rank, self.state.step)
                 wall = time.monotonic() - self._wall_start
@@ -1508,29 +1521,70 @@ class Simulation:
                              d.get("time_myr", 0), d.get("dt", 0), d.get("N", 0),
                              d.get("r_c", 0), d.get("r_h", 0), d.get("N_core", 0),
                              d.get("dE_rel", 0), tidal)
+                t_out = time.perf_counter()
                 if out.snapshot_every and step % out.snapshot_every == 0 and not reason:
                     self.write_snapshot()
                 if step % out.diagnostics_every == 0 and not reason:
                     self.write_diagnostics()
                 if (step % out.checkpoint_every == 0 or flags[2]) and not reason:
                     self.write_checkpoint()
+                in_output += time.perf_counter() - t_out
         finally:
             for sig, h in old.items():
                 signal.signal(sig, h)
         self.state.stop_reason = reason
         log.info("stopped after step %d: %s", self.state.step, reason)
+        t_out = time.perf_counter()
         self.write_checkpoint()
         if self._snap_step != self.state.step:
             self.write_snapshot()
+        in_output += time.perf_counter() - t_out
+        self.timing = self._timing_summary(self.state.step - step0, star_steps,
+                                           time.perf_counter() - loop_start, in_step, in_output,
+                                           parts0)
 
         def close() -> None:
             if self._diag is not None:
-                self._diag.close({"stop_reason": reason, "overrides": self.state.overrides})
+                self._diag.close({"stop_reason": reason, "overrides": self.state.overrides,
+                                  "timing": json.dumps(self.timing)})
             if self._esc is not None:
                 self._esc.close()
 
         self._on_root(close)
         return reason
+
+
+    def _timing_summary(self, steps: int, star_steps: float, wall: float, in_step: float,
+                        in_output: float, parts0: dict[str, float]) -> dict:
+        """Where this invocation of :meth:`run` spent its time (collective: each figure the
+        slowest rank's); logged and kept as the ``timing`` attribute of diagnostics.h5.
+
+        Seconds in all: ``wall`` (the step loop, from the first step to the final outputs),
+        each part of the step (:data:`PARTS`; their sum is less than the time in
+        :meth:`step`, whose untimed remainder is ``step_other``), ``output`` (snapshots,
+        diagnostics rows, checkpoints) and ``loop_other`` (stop checks, progress lines,
+        signal and wall-clock reductions).  ``star_steps`` is the sum over the steps of the
+        number of objects.
+        """
+        parts = {p: self.timers[p] - parts0.get(p, 0.0) for p in PARTS}
+        step_other = in_step - sum(parts.values())
+        mine = np.array([wall, in_step, in_output, step_other, *parts.values()])
+        worst = allreduce_max(self.comm, mine)
+        wall, in_step, in_output, step_other = (float(x) for x in worst[:4])
+        parts = dict(zip(PARTS, (float(x) for x in worst[4:]), strict=True))
+        out = {"steps": int(steps), "star_steps": float(star_steps), "wall_s": wall,
+               "step_s": in_step, "parts_s": parts, "step_other_s": step_other,
+               "output_s": in_output, "loop_other_s": wall - in_step - in_output,
+               "ranks": self.size, "threads": int(numba.get_num_threads())}
+        if steps:
+            ms = 1e3 / steps
+            split = sorted(((v, k) for k, v in parts.items() if v > 0.0), reverse=True)
+            log.info("timing: %d steps in %.1f s, %.2f ms per step (%.3f us per star-step): %s, "
+                     "rest of the step %.2f, outputs %.2f, rest of the loop %.2f ms per step",
+                     steps, wall, wall * ms, wall / max(star_steps, 1.0) * 1e6,
+                     ", ".join(f"{k} {v * ms:.2f}" for v, k in split), step_other * ms,
+                     in_output * ms, (wall - in_step - in_output) * ms)
+        return out
 
 
 #: What each diagnostics column means (its unit is in :data:`DIAG_UNITS`).

@@ -133,6 +133,30 @@ def test_targets_say_why_and_what_it_would_take(monkeypatch):
     assert perf_model.speedup_targets(models)[0].startswith("* met: N = 1e+05")
 
 
+def test_collapse_target_splits_the_run(capsys):
+    """A missed time to collapse says how long the run's steps took and where that time went
+    (the run's own timing summary), beside this sitting's step deep in collapse."""
+    import run_bench
+
+    one = {"N": 100_000, "ranks": 1, "threads": 1, "config": "Plummer",
+           "us_per_star_step": 0.5, "parts_us_per_star": {"orbits": 0.4}}
+    deep = {"N": 97_000, "ranks": 1, "threads": 2, "config": "collapse", "ms_per_step": 27.0,
+            "us_per_star_step": 0.28, "parts_us_per_star": {"orbits": 0.2}}
+    timing = {"steps": 100, "wall_s": 3.0, "step_s": 2.9, "output_s": 0.05,
+              "step_other_s": 0.01, "loop_other_s": 0.05, "startup_s": 2.5,
+              "parts_s": {"orbits": 2.0, "sort": 0.5, "energy": 0.39, "wait": 0.0}}
+    collapse = {"wall_s": 300.0, "steps": 100, "steps_last_0.1_trh": 60, "timing": timing}
+    got = run_bench.check_targets([one, deep], collapse, 2)[-1]
+    assert not got["met"]
+    assert "at 3000.0 ms each (in the run, ms per step: orbits 20.00, sort 5.00, energy 3.90, " \
+        "rest of the step 0.10, outputs 0.50, rest of the loop 0.50; start-up 2.5 s)" in got["why"]
+    assert "27.0 ms (1 rank(s) x 2 thread(s))" in got["why"]
+    assert "wait" not in got["why"]
+    collapse["timing"] = None  # a run made before runs kept their timing
+    assert "in the run" not in run_bench.check_targets([one, deep], collapse, 2)[-1]["why"]
+    capsys.readouterr()
+
+
 def test_segregation_collapse_reads_a_running_median():
     """The validation's collapse time reads the innermost Lagrange radius through a running
     median: a few single-step dips (one star's position at small N) do not count, a sustained
