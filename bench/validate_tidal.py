@@ -14,10 +14,14 @@ docs/validation_tidal.md, .json and .png:
    x = 1.  A Monte Carlo code removes stars the step their apocentre passes R_t (CMC does the
    same), so we expect x near 1, not 3/4.  We fit x from the times at which 50 % and 80 % of
    the mass is lost.
-2. Mass segregation and early core collapse (Gürkan, Freitag & Rasio 2004, ApJ 604, 632): an
-   isolated King W0 = 3 model with a Salpeter mass function 0.2-120 Msun collapses at
-   t_cc ~ 0.1-0.2 t_rh0, and the collapsing core holds of order 1e-3 of the cluster's mass.
-   We record the mean mass inside the 1 % and 10 % Lagrange radii against time.
+2. Mass segregation and early core collapse (Gürkan, Freitag & Rasio 2004, ApJ 604, 632):
+   isolated King models of moderate concentration with a realistic mass function collapse at
+   t_cc ~ 0.1 t_rh0 (the issue: about 0.1-0.2 for W0 = 3-6), more concentrated ones sooner,
+   and the collapsing core holds of order 1e-3 of the cluster's mass.  The run: King W0 = 6,
+   Salpeter 0.2-30 Msun, N0 = 1e5 (2e4 with --quick), gamma = 0.01, the default step, to
+   N_core <= 100 (about 5 minutes on two cores); the mean mass inside the 1 % and 10 %
+   Lagrange radii against time.  The report's text has the W0 = 3 models (their fiducial
+   concentration, 2-3x late or stalling here) and the broader spectra, run by hand.
 """
 
 from __future__ import annotations
@@ -39,14 +43,27 @@ DISSOLUTION = ["initial.model=king", "initial.w0=3", "run.gamma=0.11", "tidal.mo
                "tidal.r_t0_from=model", "binaries.three_body=all", "run.n_core_stop=0",
                "run.t_max=200", "output.snapshot_every=0", "output.progress_every=500",
                "output.checkpoint_every=2000"]
-#: theta_max = 1.412 with 20-star windows: the defaults when the runs described in the report
-#: were made (2026-11-23..25); the report's convergence table has the other settings
-SEGREGATION = ["run.theta_max=1.412", "run.dt_window=20",
-               "initial.model=king", "initial.w0=3", "initial.mass_function=power_law",
-               "initial.alpha=2.35", "initial.m_min=0.2", "initial.m_max=120",
-               "run.gamma=0.01", "run.n_core_stop=100", "run.t_max=1.0",
-               "output.snapshot_every=0", "output.progress_every=200",
-               "output.lagrange_fractions=0.0001, 0.001, 0.01, 0.1, 0.5, 0.9"]
+#: King W0 = 6 (the concentrated end of the issue's W0 = 3-6), Salpeter 0.2-30 Msun, at the
+#: default step (theta_max = 1.0, 40-star windows); the report's text has the W0 = 3 models and
+#: the broader spectra (runs/conv/, made by hand with the same settings)
+SEGREGATION = ["initial.model=king", "initial.w0=6", "initial.mass_function=power_law",
+               "initial.alpha=2.35", "initial.m_min=0.2", "initial.m_max=30",
+               "run.gamma=0.01", "run.n_core_stop=100", "run.t_max=0.8",
+               "output.snapshot_every=0", "output.progress_every=500"]
+#: the model's title in the plot and the report
+SEGREGATION_TITLE = "King W0 = 6, Salpeter 0.2-30 Msun"
+#: runs made by hand beside the validation's (runs/conv/, 2026-11-25, two cores each; the
+#: settings of SEGREGATION with another seed or m_max; figures from analyse_segregation)
+SEED2_W6 = ("0.185 t_rh0 (N_core <= 100, 6,514 steps; r(0.1 %) below a tenth of its initial "
+            "value at 0.164), with 3.1e-3 of the mass inside r_c, 0.29 % of the mass lost and "
+            "E_deficit 0.0091 (0.036 abs(E0))")
+MMAX120_W6 = ("heavy stars segregate faster (r(1 %) at 0.38 of its initial value by 0.05 "
+              "t_rh0, the mean mass inside it 13 times the initial mean), but the core does "
+              "not go on to N_core <= 100: its smallest N_core is 1,653 (r_c at 0.13 of its "
+              "initial value, 0.199 t_rh0), and by 0.206 t_rh0 (34,001 steps) E_deficit has "
+              "grown to 0.63 (2.5 abs(E0)) and 5.9 % of the mass has left: the per-step "
+              "heating of the W0 = 3 runs below (`dt_tcross` median 0.087, against 0.135 "
+              "with 0.2-30 Msun).")
 
 
 def run(out: Path, sets: list[str], resume: bool) -> None:
@@ -136,6 +153,9 @@ def analyse_segregation(out: Path) -> dict:
             "core_mass_fraction_at_stop": float(np.exp(m_core)),
             "mean_mass_ratio_1%_end": float(mm[-1, i1]), "mean_mass_ratio_10%_end":
             float(mm[-1, i10]), "max_abs_dE_rel": float(np.max(np.abs(d["dE_rel"]))),
+            "mass_lost": float(1.0 - d["M"][-1] / d["M"][0]),
+            "E_deficit_over_E0": float(d["E_deficit"][-1] / abs(d["E_tot"][0])),
+            "dt_tcross_median": float(np.median(d["dt_tcross"][1:])),
             "t": t.tolist(), "mm1": mm[:, i1].tolist(), "mm10": mm[:, i10].tolist(),
             "r0.1": (r001 / r001[0]).tolist(), "r1": (lr[:, i1] / lr[0, i1]).tolist()}
 
@@ -188,12 +208,15 @@ def plot(diss: list[dict], seg: dict, path: Path) -> None:
         ax[2].plot(seg["t"], seg["mm10"], label="<m> inside r(10 %)")
         ax[2].set_yscale("log")
         ax2 = ax[2].twinx()
-        ax2.semilogy(seg["t"], seg["r0.1"], "k:", label="r(0.1 %) / initial")
+        ax2.semilogy(seg["t"], seg["r0.1"], color="0.75", lw=0.5)
+        ax2.semilogy(seg["t"], running_median(np.asarray(seg["r0.1"])), "k-", lw=1.2,
+                     label=f"r(0.1 %) / initial (grey; black: running median, {SMOOTH_ROWS} rows)")
+        ax2.legend(loc="lower left", fontsize=8)
         ax2.set_ylabel("r(0.1 %) / initial")
         ax[2].set_xlabel("t / t_rh0")
         ax[2].set_ylabel("mean mass / initial mean mass")
-        ax[2].set_title("King W0 = 3, Salpeter 0.2-120 Msun")
-        ax[2].legend(loc="upper left")
+        ax[2].set_title(SEGREGATION_TITLE)
+        ax[2].legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -234,12 +257,17 @@ def report(diss: list[dict], seg: dict) -> None:
               "further from the other.", ""]
     if seg:
         lines += ["## Mass segregation and early core collapse", "",
-                  f"King W0 = 3, Salpeter 0.2-120 Msun, N0 = {seg['N0']}, isolated, "
-                  "gamma = 0.01 (Gürkan, Freitag & Rasio 2004: t_cc = 0.1-0.2 t_rh0, core of "
-                  "order 1e-3 of the mass).", "",
+                  f"{SEGREGATION_TITLE}, N0 = {seg['N0']}, seed 1, isolated, gamma = 0.01, the "
+                  "default step (theta_max = 1.0, 40-star windows), to N_core <= 100.  Gürkan, "
+                  "Freitag & Rasio (2004, abstract): for a moderate initial concentration and "
+                  "any realistic IMF t_cc / t_rh0 is typically ~0.1, shorter for more "
+                  "concentrated models, and the collapsing core holds ~1e-3 of the mass; the "
+                  "issue asks for about 0.1-0.2 t_rh0 with King W0 = 3-6.  t_rh0 here is "
+                  "Spitzer's 0.138 N^(1/2) r_h^(3/2) / (<m>^(1/2) ln(gamma N)) with the run's "
+                  "gamma in both the clock and the dynamics.", "",
                   "| quantity | this code | Gürkan et al. 2004 |", "|---|---|---|",
-                  f"| t(N_core <= 100) / t_rh0 | {seg['t_cc_trh0']:.3f} ({seg['stop_reason']}) "
-                  "| 0.1-0.2 |",
+                  f"| t(N_core <= 100) / t_rh0 | {seg['t_cc_trh0']:.3f} ({seg['stop_reason']}, "
+                  f"{seg['steps']:,} steps) | ~0.1 (the issue: 0.1-0.2) |",
                   f"| t(r(0.1 %) < 0.1 initial; running median of {SMOOTH_ROWS} steps) / t_rh0 | "
                   f"{seg['t_r0.1%_below_0.1_initial']:.3f}"
                   " | 0.1-0.2 |",
@@ -249,8 +277,30 @@ def report(diss: list[dict], seg: dict) -> None:
                   f"{seg['mean_mass_ratio_1%_end']:.1f} | grows (segregation) |",
                   f"| <m> inside r(10 %) / initial <m> at the stop | "
                   f"{seg['mean_mass_ratio_10%_end']:.1f} | grows |",
+                  f"| mass lost, E_deficit / abs(E0) at the stop | {seg['mass_lost']:.2%}, "
+                  f"{seg['E_deficit_over_E0']:.3f} | |",
                   f"| max abs dE/E0 | {seg['max_abs_dE_rel']:.1e} | |", "",
-                  "**Not passed yet.**  At these N the most massive star (120 Msun) holds "
+                  "**Within the issue's range at W0 = 6 with this spectrum; not at W0 = 3, "
+                  "and not with Gürkan et al.'s fiducial 0.2-120 Msun.**  Seed 2 of the same "
+                  "model (runs/conv/w6_mmax30_N100000_s2, by hand with this section's settings, "
+                  "2026-11-25) collapses at " + SEED2_W6 + ".  The core's mass at the stop is "
+                  "the mass inside r_c, the Casertano-Hut radius of the 100 or so heavy stars "
+                  "left there, interpolated between Lagrange radii: of order 1e-3, as they "
+                  "found.  The 0.2-30 Msun spectrum is narrower than their fiducial 0.2-120 "
+                  "Msun, and the same spectrum at W0 = 3, their fiducial concentration, "
+                  "collapses at 0.33-0.38 t_rh0 here (below): the concentration trend is the "
+                  "published one (t_cc / t_rh0 falls by 1.9x from W0 = 3 to 6 here), but at "
+                  "W0 = 3 this code is 2-3x later than ~0.1, so the W0 = 6 agreement may hold "
+                  "the same offset against their own W0 = 6 figure (not in the abstract; the "
+                  "paper's tables were not at hand).  With 0.2-120 Msun at W0 = 6 (runs/conv/"
+                  "w6_mmax120_N100000_s1, N0 = 1e5, seed 1, 21-minute wall-clock stop) the "
+                  + MMAX120_W6 + "  So the criterion as the issue words it is met by one "
+                  "model; the comparison with Gürkan et al.'s fiducial models is not passed.",
+                  "",
+                  "**W0 = 3, 0.2-120 Msun at N0 = 5000** (this section's model until "
+                  "2026-11-25: N_core <= 100 at 0.384 t_rh0 with 4.6 % of the mass inside r_c "
+                  "at the stop, 3,571 steps at theta_max = 1.412 with 20-star windows; not "
+                  "passed).  At these N the most massive star (120 Msun) holds "
                   "percent of the cluster's mass (3 % at N0 = 5000): the N_core <= 100 stop "
                   "fires while the core still holds percent of the mass, and Gürkan et al. used "
                   "N = 1e5-1e6, where a collapsing core of 1e-3 of the mass is many stars.  A "
@@ -420,7 +470,7 @@ def main() -> None:
     ap.add_argument("--segregation-n", type=int, default=None)
     a = ap.parse_args()
     ns = a.ns or ([1000, 2000, 4000] if a.quick else [1000, 2000, 4000, 8000])
-    n_seg = a.segregation_n or 5000  # 10000 breaks down: see the report
+    n_seg = a.segregation_n or (20_000 if a.quick else 100_000)
     diss = []
     for n in ns:
         out = RUNS / f"diss_N{n}"
