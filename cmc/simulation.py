@@ -1743,7 +1743,7 @@ def _orbits_shared_table(comm, r_all: np.ndarray, phi_all: np.ndarray, *rest) ->
     lut = allgatherv_array(comm, radius_lookup_entries(r_all, LOOKUP_PER_BUCKET,
                                                        int(bounds[k]), int(bounds[k + 1])))
     lut_lo, lut_inv = radius_lookup_scale(r_all, LOOKUP_PER_BUCKET)
-    new_orbits_rows_lut(r_all, phi_all, *rest, lut, lut_lo, lut_inv)
+    new_orbits_rows_lut(r_all, phi_all, *rest, lut, lut_lo, lut_inv, numba.get_num_threads())
 
 
 def scatter_global(comm, glob: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
