@@ -245,13 +245,9 @@ def run_split(timing: dict | None) -> str:
     runs kept one."""
     if not timing or not timing.get("steps"):
         return ""
-    ms = 1e3 / timing["steps"]
-    parts = sorted(((v, k) for k, v in timing["parts_s"].items() if v * ms >= 0.05),
-                   reverse=True)
-    rest = {"rest of the step": timing["step_other_s"], "outputs": timing["output_s"],
-            "rest of the loop": timing["loop_other_s"]}
-    return (" (in the run, ms per step: " + ", ".join(f"{k} {v * ms:.2f}" for v, k in parts)
-            + ", " + ", ".join(f"{k} {v * ms:.2f}" for k, v in rest.items())
+    from cmc.simulation import timing_split
+
+    return (" (in the run, ms per step: " + timing_split(timing)
             + (f"; start-up {timing['startup_s']:.1f} s" if "startup_s" in timing else "")
             + ")")
 
