@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -37,6 +38,9 @@ from cmc.log import log_file, log_traceback, setup_logging
 log = logging.getLogger("cmc.cli")
 _WORLD: list = []
 
+#: seconds a rank that fails alone waits between printing its error line and MPI_Abort, so the
+#: launcher forwards the line before it kills the job
+ABORT_GRACE_S = 0.5
 #: Launcher variables that give the number of tasks it started; one of them above 1 while
 #: MPI sees a single rank means mpi4py is linked to another MPI library than the launcher's.
 _LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
@@ -567,6 +571,16 @@ def _unraisable_to_log(unraisable) -> None:
             pass
 
 
+def _line_to_log(line: str) -> None:
+    path = log_file()
+    if path:
+        try:
+            with open(path, "a") as fh:
+                fh.write(line + "\n")
+        except OSError:
+            pass
+
+
 def _excepthook_to_log(exc_type, exc, tb) -> None:
     path = log_file()
     if path:
@@ -603,7 +617,12 @@ def main(argv: list[str] | None = None) -> int:
             rank = f"[rank {world.Get_rank()}] " if size > 1 else ""
             _err(f"{rank}{msg}")
         if size > 1 and not collective:
-            # this rank alone failed: end every rank now rather than leave them waiting
+            # this rank alone failed: end every rank now rather than leave them waiting.  The
+            # launcher may tear down its output forwarding before it has read this rank's
+            # stderr (seen once in CI: MPICH's hydra lost the line); the line also goes to the
+            # rank's log file, and the short wait lets the forwarder drain the pipe first
+            _line_to_log(f"cmc: error: {rank}{msg}")
+            time.sleep(ABORT_GRACE_S)
             world.Abort(code)
         return code
 

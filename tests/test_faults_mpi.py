@@ -305,6 +305,10 @@ def test_fault_on_one_rank_ends_the_job(tmp_path, config, ranks, where, kind):
         logs = "".join(p.read_text(errors="replace") for p in out.glob("*.log"))
         assert f"RuntimeError: injected fault on rank {rank}" in logs, \
             "the traceback is in no log file of the run"
+        # the terminal's line is kept in the rank's log too (a launcher may drop the output of
+        # a rank it kills)
+        assert f"cmc: error: [rank {rank}] internal error" in logs, \
+            "the error line is in no log file of the run"
     else:
         assert res.returncode not in (0, 75), _show(res)
         assert "Traceback" not in res.stderr, _show(res)
