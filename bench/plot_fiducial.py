@@ -8,7 +8,7 @@ from 20 minutes at N0 = 1e5 to hours at 1e6 on two cores; see docs/validation_ti
         --set initial.m_min=0.2 --set initial.m_max=120 --set run.gamma=0.01 \\
         --set run.n_core_stop=100 --set run.t_max=0.8 --set initial.n=N --set initial.seed=1
 
-then ``python bench/plot_fiducial.py RUN_1e5 RUN_1e6`` writes
+then ``python bench/plot_fiducial.py RUN_1e5 RUN_3e5 RUN_1e6`` writes
 docs/validation_tidal_fiducial.png and prints, for each run, when the running medians of
 r(0.1 %) and r(1 %) fall below fractions of their initial values.
 """
