@@ -558,37 +558,26 @@ def _classify(exc: BaseException) -> tuple[int, str]:
                            "please report it)")
 
 
+def _append_to_log(text: str) -> None:
+    """Append ``text`` to this process's log file, if there is one (never raises)."""
+    path = log_file()
+    if path:
+        try:
+            with open(path, "a") as fh:
+                fh.write(text)
+        except OSError:
+            pass
+
+
 def _unraisable_to_log(unraisable) -> None:
     """Errors raised while objects are freed (HDF5 handles of a file that failed to write)
     go to the log file, not the terminal: the command's one line already says what failed."""
-    path = log_file()
-    if path:
-        try:
-            with open(path, "a") as fh:
-                fh.write(f"ignored while freeing {unraisable.object!r}: "
-                         f"{type(unraisable.exc_value).__name__}: {unraisable.exc_value}\n")
-        except OSError:
-            pass
-
-
-def _line_to_log(line: str) -> None:
-    path = log_file()
-    if path:
-        try:
-            with open(path, "a") as fh:
-                fh.write(line + "\n")
-        except OSError:
-            pass
+    _append_to_log(f"ignored while freeing {unraisable.object!r}: "
+                   f"{type(unraisable.exc_value).__name__}: {unraisable.exc_value}\n")
 
 
 def _excepthook_to_log(exc_type, exc, tb) -> None:
-    path = log_file()
-    if path:
-        try:
-            with open(path, "a") as fh:
-                fh.write("".join(traceback.format_exception(exc_type, exc, tb)))
-        except OSError:
-            pass
+    _append_to_log("".join(traceback.format_exception(exc_type, exc, tb)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -621,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
             # launcher may tear down its output forwarding before it has read this rank's
             # stderr (seen once in CI: MPICH's hydra lost the line); the line also goes to the
             # rank's log file, and the short wait lets the forwarder drain the pipe first
-            _line_to_log(f"cmc: error: {rank}{msg}")
+            _append_to_log(f"cmc: error: {rank}{msg}\n")
             time.sleep(ABORT_GRACE_S)
             world.Abort(code)
         return code
