@@ -6,6 +6,9 @@ line; the optional overrides change the model (e.g. ``initial.binary_fraction=0.
 ``run.orbit_backend=gpu`` for new orbits on a CUDA device).  With the GPU back end the line
 also holds the device's name and the orbit kernel's host<->device transfer time and bytes.
 
+``python bench/bench_step.py orbits-agree N gpu`` compares the GPU orbit kernel with the CPU
+kernel star by star on one Plummer model (``orbits N REPS cpu|gpu`` times the kernel alone).
+
 ``python bench/bench_step.py collapse CHECKPOINT STEPS THREADS`` times steps continued from a
 checkpoint (deep in core collapse: :func:`bench.run_bench.collapse_checkpoint` makes one).
 
@@ -115,6 +118,10 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
             best = (wall, dict(sim.timers))
     wall, mine = best
     steps = chunk
+    if gpu is not None:  # the transfers of every timed step (not the counted ones below)
+        import dataclasses
+
+        gpu = dataclasses.replace(gpu)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     timers = comm.gather(mine, root=0)
     rss_all = comm.gather((rss, rss0), root=0)
@@ -125,6 +132,7 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
         sim.step()
     sim.comm = counter._comm
     sent = comm.gather(counter.counts, root=0)
+    inside = comm.gather(counter.seconds, root=0)
     if comm.Get_rank() != 0:
         return {}
     per = {p: max(t[p] for t in timers) / (steps * n) * 1e6 for p in PARTS}
@@ -148,16 +156,23 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
            "messages_per_step_per_rank": max(msgs),
            "bytes_sent_per_step_per_rank": max(nbytes),
            "sent_by_method_rank0": {k: [v[0] / counted_steps, v[1] / counted_steps]
-                                    for k, v in sent[0].items()}}
+                                    for k, v in sent[0].items()},
+           # wall time inside each collective per step [ms], mean and max over the ranks
+           # (waiting for the slower ranks included)
+           "comm_ms_per_step_by_method": {
+               k: [sum(s.get(k, 0.0) for s in inside) / len(inside) / counted_steps * 1e3,
+                   max(s.get(k, 0.0) for s in inside) / counted_steps * 1e3]
+               for k in sorted({k for s in inside for k in s})}}
     if gpu is not None:
         out["device"] = sim.orbits.device
+        calls = max(gpu.calls, 1)  # one kernel call per timed step, all timed runs
         out["gpu_us_per_star"] = {
-            "prepare": gpu.s_prepare / (steps * n) * 1e6,
-            "to_device": gpu.s_to_device / (steps * n) * 1e6,
-            "kernel": gpu.s_kernel / (steps * n) * 1e6,
-            "to_host": gpu.s_to_host / (steps * n) * 1e6}
-        out["gpu_bytes_per_step"] = {"to_device": gpu.bytes_to_device / steps,
-                                     "to_host": gpu.bytes_to_host / steps}
+            "prepare": gpu.s_prepare / (calls * n) * 1e6,
+            "to_device": gpu.s_to_device / (calls * n) * 1e6,
+            "kernel": gpu.s_kernel / (calls * n) * 1e6,
+            "to_host": gpu.s_to_host / (calls * n) * 1e6}
+        out["gpu_bytes_per_step"] = {"to_device": gpu.bytes_to_device / calls,
+                                     "to_host": gpu.bytes_to_host / calls}
     return out
 
 
@@ -208,8 +223,34 @@ def bench_orbit_kernel(n: int, reps: int, backend: str) -> dict:
     return out
 
 
+def agree_orbit_kernel(n: int, backend: str) -> dict:
+    """The orbit kernel of ``backend`` (gpu, gpu-sim) against the CPU kernel on the same
+    Plummer model of ``n`` stars: :func:`physics.orbits_gpu.compare_orbits` within
+    :data:`physics.orbits_gpu.DEVICE_MAX_ULPS` (FMA contraction on a device)."""
+    from cmc.initial import initial_generator
+    from parallel.streams import Streams
+    from physics.initial_conditions import plummer
+    from physics.orbits import block_rows, new_orbits_rows
+    from physics.orbits_gpu import DEVICE_MAX_ULPS, DeviceOrbits, compare_orbits, run_orbit_kernel
+    from physics.potential import compute_potential
+
+    st = plummer(n, initial_generator(11))
+    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
+    phi, mcum = compute_potential(r, m)
+    gidx, block_start = block_rows(n)
+    states = Streams.create(5, 1, block_start.size - 1).states[0].copy()
+    args = (r, phi, mcum, gidx, block_start, m, vr, vt, states, 0.0)
+    dev = DeviceOrbits(backend)
+    cmp = compare_orbits(run_orbit_kernel(new_orbits_rows, *args), run_orbit_kernel(dev, *args),
+                         max_ulps=DEVICE_MAX_ULPS)
+    return {"N": n, "backend": backend, "device": dev.device, "max_ulps_allowed": DEVICE_MAX_ULPS,
+            **cmp}
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "orbits":
+    if sys.argv[1] == "orbits-agree":
+        out = agree_orbit_kernel(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1] == "orbits":
         n, reps = int(sys.argv[2]), int(sys.argv[3])
         out = bench_orbit_kernel(n, reps, sys.argv[4])
     elif sys.argv[1] == "collapse":

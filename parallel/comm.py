@@ -14,6 +14,7 @@ Only the command line interface should call :func:`get_world_comm`.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -485,7 +486,8 @@ class CountingComm:
     :mod:`make bench <bench.run_bench>` (measured bytes and messages per step, not estimates).
     Payload is what this rank contributes to a collective: its send buffer (buffer methods;
     for ``Alltoallv``/``Allgatherv`` the counts it sends) or the pickled object (lower-case
-    methods).  ``counts`` maps method name to ``[calls, bytes]``.
+    methods).  ``counts`` maps method name to ``[calls, bytes]``; ``seconds`` to the wall
+    time this rank spent inside the calls (waiting for the other ranks included).
     """
 
     _SENDERS = frozenset({"Allreduce", "Reduce", "Allgather", "Allgatherv", "Gather", "Gatherv",
@@ -496,6 +498,7 @@ class CountingComm:
     def __init__(self, comm: Any):
         self._comm = comm
         self.counts: dict[str, list[int]] = {}
+        self.seconds: dict[str, float] = {}
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._comm, name)
@@ -519,9 +522,14 @@ class CountingComm:
             c = self.counts.setdefault(name, [0, 0])
             c[0] += 1
             c[1] += size
-            return attr(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
 
         return counted
 
     def reset(self) -> None:
         self.counts = {}
+        self.seconds = {}

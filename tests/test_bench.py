@@ -22,6 +22,8 @@ def test_bench_step_reports_parts(backend):
     parts = out["parts_us_per_star"]
     assert parts["orbits"] > 0 and sum(parts.values()) <= out["us_per_star_step"] * 1.01
     assert ("device" in out) == (backend != "cpu")
+    if backend != "cpu":  # per step: six float64 per star come back, with statuses, counters
+        assert 48 * 600 < out["gpu_bytes_per_step"]["to_host"] < 64 * 600
 
 
 def test_bench_step_from_checkpoint(tmp_path):
@@ -172,3 +174,72 @@ def test_segregation_collapse_reads_a_running_median():
     assert np.isnan(crossing(t, running_median(y), 0.1))
     y[1200:] = 0.05  # a collapse from t = 0.6 on
     assert abs(crossing(t, running_median(y), 0.1) - 0.6) <= 101 * (t[1] - t[0])
+
+
+def test_scaling_fit_recovers_divided_and_fixed_cost():
+    """a / P + b data give back a and b; a cost that does not divide at all gives a = 0; the
+    calibrated projection saturates at T(1) / b plus the network's extra latency."""
+    import perf_model
+
+    ps = [1, 2, 4, 8, 16]
+    assert perf_model.fit_scaling(ps, [0.4 / p + 0.1 for p in ps]) == pytest.approx(
+        (0.4, 0.1), rel=1e-10)
+    assert perf_model.fit_scaling(ps, [0.3] * 5) == pytest.approx((0.0, 0.3), abs=1e-12)
+    a, b = perf_model.fit_scaling(ps, [0.5 / p for p in ps])
+    assert b == pytest.approx(0.0, abs=1e-12) and a == pytest.approx(0.5)
+
+    def row(n, p, kind, us):
+        return {"N": n, "P": p, "kind": kind, "us_per_star_step": us,
+                "sent_by_method_rank0": {"Allreduce": [3, 300], "Allgatherv": [5, 8e5],
+                                         "Alltoallv": [1, 9e5]}}
+
+    rows = [row(100_000, 1, "threads", 0.5)]
+    rows += [row(100_000, p, "ranks", 0.4 / p + 0.1) for p in ps[1:]]
+    rows += [row(100_000, 16, "ranks-repeat", 9.9)]  # other sittings are not fitted
+    cal = perf_model.calibrated({"rows": rows})
+    c = cal[100_000]
+    assert c["a_us"] == pytest.approx(0.4, rel=1e-9) and c["b_us"] == pytest.approx(0.1)
+    s = c["speedup"]
+    assert s[perf_model.PS.index(16)] == pytest.approx(0.5 / (0.4 / 16 + 0.1))
+    assert max(s) < 0.5 / 0.1 and s[-1] < s[perf_model.PS.index(64)]  # latency takes over
+    assert cal[10_000_000]["from_N"] == 100_000
+
+
+def test_scaling_report_checks_the_model(tmp_path):
+    """bench/scaling.py's report, on the measurement kept in docs/: measured and modelled
+    speedups for every P, the calibrated fit and the layouts; it leaves the doc alone when
+    asked to."""
+    import json
+
+    import scaling
+
+    src = Path(__file__).resolve().parents[1] / "docs" / "performance_scaling.json"
+    data = json.loads(src.read_text())
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data))
+    before = scaling.DOC.read_text()
+    text = scaling.report(path, write_doc=False)
+    assert scaling.DOC.read_text() == before
+    assert text.startswith(scaling.BEGIN) and text.rstrip().endswith(scaling.END)
+    for n in (100_000, 1_000_000):
+        one = next(r for r in data["rows"] if r["N"] == n and r["P"] == 1)
+        sixteen = next(r for r in data["rows"] if r["N"] == n and r["P"] == 16
+                       and r["kind"] == "ranks")
+        speedup = one["us_per_star_step"] / sixteen["us_per_star_step"]
+        assert f"| 16 | - | {sixteen['us_per_star_step']:.3f} ({speedup:.1f}x)" not in text
+        assert f"{sixteen['us_per_star_step']:.3f} ({speedup:.1f}x)" in text
+    assert "calibrated" in text and "4 x 4" in text and "Allreduce" in text
+    # a measurement cut short before the model's inputs cannot be reported
+    del data["replicated_us"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit):
+        scaling.report(path, write_doc=False)
+
+
+def test_orbit_kernels_agree_through_the_bench():
+    """``bench_step.py orbits-agree``, the check a GPU machine runs first: the simulated device
+    kernel against the CPU kernel, star by star."""
+    from bench_step import agree_orbit_kernel
+
+    out = agree_orbit_kernel(300, "gpu-sim")
+    assert out["ok"] and out["same_trials"] and max(out["max_ulps"].values()) == 0

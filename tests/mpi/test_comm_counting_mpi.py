@@ -47,3 +47,24 @@ def test_counts_match_payload(on_subcomms):
             assert counts["Alltoallv"][1] % 16 == 0
             expect = sum(j + 1 for j in range(size) if j != rank)
             assert outcomes[rank][1][4]["Alltoallv"] == [1, expect]
+
+
+def test_time_inside_collectives(on_subcomms):
+    """The counting communicator also times each method (what bench_step reports as the time
+    inside the collectives): a rank that arrives late makes the others wait inside the call."""
+    import time
+
+    def fn(comm):
+        c = CountingComm(comm)
+        if comm.Get_rank() == 0:
+            time.sleep(0.05)
+        c.Barrier()
+        allreduce_sum(c, np.ones(3))
+        return dict(c.seconds), comm.Get_size(), comm.Get_rank()
+
+    for outcomes in on_subcomms(fn).values():
+        assert all(o[0] == "ok" for o in outcomes), outcomes
+        for _, (seconds, size, rank) in outcomes:
+            assert set(seconds) >= {"Barrier"} and all(v >= 0.0 for v in seconds.values())
+            if size > 1 and rank > 0:  # waited for rank 0's sleep
+                assert seconds["Barrier"] > 0.03
