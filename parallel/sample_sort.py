@@ -773,15 +773,22 @@ def _exchange(comm: Any, rec: np.ndarray, send_counts: np.ndarray,
     return out, recv_counts
 
 
-def default_sample_size(n_ranks: int) -> int:
-    """Default number of regular samples per rank, ``clip(4 * P, 64, 4096)``.
+def default_sample_size(n_ranks: int, n_local: int = 0) -> int:
+    """Default number of regular samples per rank: ``n_local / 64`` clipped to
+    ``[max(4 P, 64), 4096]``.
 
     Oversampling (``s > P``) tightens the splitters and so reduces what the
     redistribution has to move afterwards (in :func:`parallel_sort`, the keys
-    gathered to move the cuts to the block bounds); the cap keeps the ``s * P``
-    samples sorted on rank 0 cheap. The final layout never depends on ``s``.
+    gathered to move the cuts to the block bounds, about ``n_local / sqrt(s P)`` per
+    cut from every rank); rank 0 merges the ``s * P`` samples.  One sample per 64
+    local stars: at N = 1e6 on 16 ranks (16 cores, 2026-11-26) 1024 samples per rank
+    instead of 64 took the sort from 0.094-0.099 to 0.050-0.051 us per star (the step
+    0.210-0.220 -> 0.167-0.170), while at N = 1e5 there 64 stayed the best (1024: sort
+    0.117-0.120 -> 0.127-0.136; 4096: 0.22-0.27, rank 0 then sorting 65,536 samples with
+    ``np.lexsort`` for 12 ms, which a merge of the ranks' sorted samples now replaces).
+    The final layout never depends on ``s``.
     """
-    return int(min(max(4 * n_ranks, 64), 4096))
+    return int(min(max(4 * n_ranks, 64, n_local // 64), 4096))
 
 
 def _place(fields: Mapping[str, np.ndarray], own: np.ndarray, own_pos: np.ndarray,
@@ -827,7 +834,6 @@ def _sample_sort_records(
     """
     size = comm.Get_size()
     me = comm.Get_rank()
-    s = default_sample_size(size) if sample_size is None else int(sample_size)
 
     # Phase 1: local sort (of the keys). Errors are held back until all ranks know about them.
     err = _fields_error(fields, key, tiebreak, rows)
@@ -843,6 +849,7 @@ def _sample_sort_records(
     n_local = 0 if order is None else order.size
 
     # Phase 2: regular sampling at the centres of s equal slices.
+    s = default_sample_size(size, n_local) if sample_size is None else int(sample_size)
     ns = min(s, n_local)
     if ns > 0:
         pos = ((2 * np.arange(ns, dtype=np.int64) + 1) * n_local) // (2 * ns)
@@ -976,10 +983,15 @@ def _choose_splitters(
     parts = [(n, k, t) for n, k, t, _, _ in gathered if k is not None and len(k) > 0]
     if not parts:
         return None, None
-    sk = np.concatenate([k for _, k, _ in parts])
+    sk = np.ascontiguousarray(np.concatenate([k for _, k, _ in parts]))
     st = np.concatenate([t for _, _, t in parts]) if use_tiebreak else None
     w = np.concatenate([np.full(len(k), n / len(k)) for n, k, _ in parts])
-    order = np.lexsort((st, sk)) if use_tiebreak else np.argsort(sk, kind="stable")
+    # every rank's samples come sorted: merge the runs (the order np.lexsort((st, sk)), a
+    # stable sort, gives, ties in rank order) instead of sorting them again (16 ranks x 4096
+    # samples: 12 ms with lexsort on rank 0 while the others wait)
+    starts = np.concatenate(([0], np.cumsum([len(k) for _, k, _ in parts]))).astype(np.int64)
+    order = _merge_runs(sk, np.ascontiguousarray(st) if use_tiebreak
+                        else np.zeros(sk.size, dtype=np.int8), starts)
     sk, w = sk[order], w[order]
     # Estimated global rank of each sample's centre; non-decreasing.
     centre = np.cumsum(w) - 0.5 * w

@@ -491,3 +491,53 @@ def test_keep_freed_memory_on_glibc():
     assert keep_freed_memory() is ok  # idempotent
     if platform.libc_ver()[0] == "glibc":
         assert ok is True
+
+
+def _splitters_by_lexsort(gathered, size, use_tiebreak):
+    """Reference twin of ``_choose_splitters``: the samples sorted again with np.lexsort."""
+    parts = [(n, k, t) for n, k, t, _, _ in gathered if k is not None and len(k) > 0]
+    sk = np.concatenate([k for _, k, _ in parts])
+    st = np.concatenate([t for _, _, t in parts]) if use_tiebreak else None
+    w = np.concatenate([np.full(len(k), n / len(k)) for n, k, _ in parts])
+    order = np.lexsort((st, sk)) if use_tiebreak else np.argsort(sk, kind="stable")
+    sk, w = sk[order], w[order]
+    centre = np.cumsum(w) - 0.5 * w
+    targets = np.arange(1, size) * (w.sum() / size)
+    idx = np.minimum(np.searchsorted(centre, targets, side="left"), sk.size - 1)
+    return sk[idx], (st[order][idx] if use_tiebreak else None)
+
+
+@pytest.mark.parametrize("use_tiebreak", [True, False])
+@pytest.mark.parametrize("ndistinct", [3, 50, None])
+def test_splitters_merge_equals_lexsort(use_tiebreak, ndistinct):
+    """Rank 0 merges the ranks' sorted samples instead of sorting them: the same splitters
+    as a stable lexsort, with ties (equal keys, equal pairs), uneven and empty ranks."""
+    from parallel.sample_sort import _choose_splitters
+
+    rng = np.random.default_rng(ndistinct or 7)
+    for size in (2, 3, 16):
+        gathered = []
+        for rank in range(size):
+            s = 0 if rank == 1 else int(rng.integers(1, 40))
+            k = rng.integers(0, ndistinct, s).astype(float) if ndistinct else rng.random(s)
+            t = rng.integers(0, 4, s)
+            o = np.lexsort((t, k))
+            gathered.append((int(rng.integers(s, 500)), k[o] if s else None,
+                             t[o] if (s and use_tiebreak) else None, None, None))
+        got = _choose_splitters(gathered, size, use_tiebreak)
+        ref = _splitters_by_lexsort(gathered, size, use_tiebreak)
+        np.testing.assert_array_equal(got[0], ref[0])
+        if use_tiebreak:
+            np.testing.assert_array_equal(got[1], ref[1])
+        else:
+            assert got[1] is None
+
+
+def test_default_sample_size_follows_local_stars():
+    """One sample per 64 local stars, at least max(4 P, 64) and at most 4096."""
+    from parallel.sample_sort import default_sample_size
+
+    assert default_sample_size(2) == 64 and default_sample_size(64) == 256
+    assert default_sample_size(16, 62_500) == 976  # N = 1e6 on 16 ranks
+    assert default_sample_size(16, 6_250) == 97
+    assert default_sample_size(2, 10**7) == 4096 and default_sample_size(2048, 10) == 4096
