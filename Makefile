@@ -11,7 +11,7 @@ MPIEXEC := $(BIN)/mpiexec
 MPI_TIMEOUT := --timeout=300 --timeout-method=thread
 TEST_ENV := NUMBA_THREADING_LAYER=$${NUMBA_THREADING_LAYER:-workqueue} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 
-.PHONY: install run test test-serial test-mpi bench validate validate-fewbody lint clean
+.PHONY: install run test test-serial test-mpi bench scaling validate validate-fewbody lint clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ bench: install
 	$(PY) bench/bench_fewbody.py $(BENCH_ARGS)
 	$(PY) bench/bench_binaries.py $(BENCH_ARGS)
 	$(PY) bench/bench_output.py $(BENCH_ARGS)
+
+# P = 1, 2, 4, ... up to the machine's cores, threads and ranks (bench/scaling.py); writes
+# runs/scaling.json and prints the check of the performance model (docs/performance.md)
+SCALING_PS ?= $(shell $(PY) -c "import os; n = os.cpu_count(); print(','.join(str(2**k) for k in range(n.bit_length()) if 2**k <= n))")
+scaling: install
+	$(PY) bench/scaling.py measure runs/scaling.json --p $(SCALING_PS)
+	$(PY) bench/scaling.py report runs/scaling.json --no-doc
 
 validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)

@@ -243,3 +243,27 @@ def test_orbit_kernels_agree_through_the_bench():
 
     out = agree_orbit_kernel(300, "gpu-sim")
     assert out["ok"] and out["same_trials"] and max(out["max_ulps"].values()) == 0
+
+
+def test_scaling_measure_then_report(tmp_path):
+    """``make scaling`` end to end at a small N on 1 and 2 cores: every configuration
+    measured (threads, ranks, the machine's MPI, the model's inputs) and reported."""
+    import json
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "sub" / "s.json"
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    subprocess.run([sys.executable, "bench/scaling.py", "measure", str(out), "--p", "1,2",
+                    "--n", "20000", "--mpiexec", str(Path(sys.executable).parent / "mpiexec"),
+                    "--timeout", "300"], check=True, cwd=root, env=env, capture_output=True)
+    data = json.loads(out.read_text())
+    assert not data["errors"], data["errors"]
+    kinds = sorted((r["kind"], r["P"]) for r in data["rows"])
+    assert kinds == [("ranks", 2), ("threads", 1), ("threads", 2)]
+    assert data["comm"]["2"]["allreduce_s"] > 0 and data["t_fixed_s"] >= 0
+    assert "comm_ms_per_step_by_method" in next(r for r in data["rows"] if r["kind"] == "ranks")
+    text = subprocess.run([sys.executable, "bench/scaling.py", "report", str(out), "--no-doc"],
+                          check=True, cwd=root, capture_output=True, text=True).stdout
+    assert "N = 2e+04" in text and "| 2 | " in text and "Time inside the collectives" in text
