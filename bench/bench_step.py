@@ -176,25 +176,32 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     return out
 
 
+def _orbit_inputs(n: int, model_seed: int, stream_seed: int) -> tuple:
+    """The orbit kernel's arguments for a Plummer model of ``n`` stars (one rank's streams)."""
+    from cmc.initial import initial_generator
+    from parallel.streams import Streams
+    from physics.initial_conditions import plummer
+    from physics.orbits import block_rows
+    from physics.potential import compute_potential
+
+    st = plummer(n, initial_generator(model_seed))
+    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
+    phi, mcum = compute_potential(r, m)
+    gidx, block_start = block_rows(n)
+    states = Streams.create(stream_seed, 1, block_start.size - 1).states[0].copy()
+    return (r, phi, mcum, gidx, block_start, m, vr, vt, states, 0.0)
+
+
 def bench_orbit_kernel(n: int, reps: int, backend: str) -> dict:
     """Microseconds per star of the orbit kernel alone (one process) on a Plummer model: the
     numba kernel on the threads numba has, or a :class:`physics.orbits_gpu.DeviceOrbits`
     (its kernel time and its transfers apart)."""
     import numba
 
-    from cmc.initial import initial_generator
-    from parallel.streams import Streams
-    from physics.initial_conditions import plummer
-    from physics.orbits import block_rows, new_orbits_rows
+    from physics.orbits import new_orbits_rows
     from physics.orbits_gpu import run_orbit_kernel
-    from physics.potential import compute_potential
 
-    st = plummer(n, initial_generator(7))
-    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
-    phi, mcum = compute_potential(r, m)
-    gidx, block_start = block_rows(n)
-    states = Streams.create(3, 1, block_start.size - 1).states[0].copy()
-    args = (r, phi, mcum, gidx, block_start, m, vr, vt, states, 0.0)
+    args = _orbit_inputs(n, 7, 3)
     if backend == "cpu":
         fn = new_orbits_rows
         device = f"CPU, {numba.get_num_threads()} thread(s)"
@@ -227,19 +234,10 @@ def agree_orbit_kernel(n: int, backend: str) -> dict:
     """The orbit kernel of ``backend`` (gpu, gpu-sim) against the CPU kernel on the same
     Plummer model of ``n`` stars: :func:`physics.orbits_gpu.compare_orbits` within
     :data:`physics.orbits_gpu.DEVICE_MAX_ULPS` (FMA contraction on a device)."""
-    from cmc.initial import initial_generator
-    from parallel.streams import Streams
-    from physics.initial_conditions import plummer
-    from physics.orbits import block_rows, new_orbits_rows
+    from physics.orbits import new_orbits_rows
     from physics.orbits_gpu import DEVICE_MAX_ULPS, DeviceOrbits, compare_orbits, run_orbit_kernel
-    from physics.potential import compute_potential
 
-    st = plummer(n, initial_generator(11))
-    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
-    phi, mcum = compute_potential(r, m)
-    gidx, block_start = block_rows(n)
-    states = Streams.create(5, 1, block_start.size - 1).states[0].copy()
-    args = (r, phi, mcum, gidx, block_start, m, vr, vt, states, 0.0)
+    args = _orbit_inputs(n, 11, 5)
     dev = DeviceOrbits(backend)
     cmp = compare_orbits(run_orbit_kernel(new_orbits_rows, *args), run_orbit_kernel(dev, *args),
                          max_ulps=DEVICE_MAX_ULPS)
