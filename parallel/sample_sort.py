@@ -988,7 +988,7 @@ def _choose_splitters(
     w = np.concatenate([np.full(len(k), n / len(k)) for n, k, _ in parts])
     # every rank's samples come sorted: merge the runs (the order np.lexsort((st, sk)), a
     # stable sort, gives, ties in rank order) instead of sorting them again (16 ranks x 4096
-    # samples: 12 ms with lexsort on rank 0 while the others wait)
+    # samples: 3.0 ms instead of 12.5 with lexsort, on rank 0 while the others wait)
     starts = np.concatenate(([0], np.cumsum([len(k) for _, k, _ in parts]))).astype(np.int64)
     order = _merge_runs(sk, np.ascontiguousarray(st) if use_tiebreak
                         else np.zeros(sk.size, dtype=np.int8), starts)
