@@ -14,7 +14,8 @@ checkpoint (deep in core collapse: :func:`bench.run_bench.collapse_checkpoint` m
 
 The STEPS are timed as 3 runs of STEPS/3 and the fastest is reported.  Besides the per-part
 times (the slowest rank's; "wait" is the time ranks wait for each other
-at a barrier put before the step's two large collectives, i.e. load imbalance), the line holds
+at barriers put before the step's two large collectives and after the orbit kernel, i.e. load
+imbalance), the line holds
 what each rank sends per step, counted by :class:`parallel.comm.CountingComm` over a few
 further steps (messages = collective calls; bytes = payload this rank contributes), and the
 memory per star: the peak resident memory less the memory of the process with every kernel

@@ -219,8 +219,9 @@ class Simulation:
         #: the latest recorded diagnostics row (``history`` may hold only unflushed rows)
         self.last: dict = {k: v[-1] for k, v in self.history.items()}
         self.timers = dict.fromkeys(PARTS, 0.0)
-        #: (bench) a barrier before the step's two large collectives, its time booked as
-        #: "wait": the ranks' load imbalance, apart from the parts' own cost
+        #: (bench) barriers before the step's two large collectives and after the orbit
+        #: kernel, their time booked as "wait": the ranks' load imbalance, apart from the
+        #: parts' own cost
         self.measure_wait = False
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=float)
         self._signal = 0
@@ -532,6 +533,11 @@ class Simulation:
         removed = status == ORBIT_REMOVED
         if removed.any():  # the kernel left their outputs undefined; r is the sort's key
             r_new[removed] = self.r_all[gidx[removed]]
+        if self.measure_wait:  # (bench) the kernel's imbalance between ranks is "wait" too:
+            # the next collective (_strip) would otherwise book it as orbits
+            tk = time.perf_counter()
+            self.timers["orbits"] += tk - t3
+            t3 = self._wait_for_ranks(tk)
         # also in isolated runs: a star the removals above left unbound leaves in the kernel,
         # and the others' energy correction must see its shell gone (collective)
         w_mutual = self._strip(gidx, r_apo, status, r_new, vr_new, vt_new, phi_oo, phi_on)

@@ -68,3 +68,39 @@ def test_time_inside_collectives(on_subcomms):
             assert set(seconds) >= {"Barrier"} and all(v >= 0.0 for v in seconds.values())
             if size > 1 and rank > 0:  # waited for rank 0's sleep
                 assert seconds["Barrier"] > 0.03
+
+
+def test_bench_books_the_orbit_kernels_imbalance_as_wait(on_subcomms):
+    """With ``measure_wait`` (the bench), a rank whose orbit kernel is slower makes the others
+    wait at the barrier after the kernel: that time is "wait", not their "orbits"."""
+    import time
+
+    from cmc.config import load_config
+    from cmc.simulation import Simulation
+
+    delay = 0.05
+
+    def fn(comm):
+        sim = Simulation.create(load_config(None, ["initial.n=400", "initial.seed=2"]), comm)
+        sim.step()
+        kernel = sim.orbits
+        last = comm.Get_size() - 1
+
+        def slow_on_last(*args):
+            kernel(*args)
+            if comm.Get_rank() == last:
+                time.sleep(delay)
+
+        sim.orbits = slow_on_last
+        sim.measure_wait = True
+        sim.timers = dict.fromkeys(sim.timers, 0.0)
+        sim.step()
+        return sim.timers["orbits"], sim.timers["wait"], comm.Get_rank(), comm.Get_size()
+
+    for outcomes in on_subcomms(fn).values():
+        assert all(o[0] == "ok" for o in outcomes), outcomes
+        for _, (orbits, wait, rank, size) in outcomes:
+            if size > 1 and rank < size - 1:  # waited for the slow rank, at the barrier
+                assert wait > 0.8 * delay and orbits < 0.5 * delay
+            elif size > 1:
+                assert orbits > delay
