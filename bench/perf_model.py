@@ -468,7 +468,7 @@ def bench_section(bench: dict, source: str) -> str:
                   f"{r['messages_per_step_per_rank']:.1f}",
                   f"{r['bytes_sent_per_step_per_rank'] / 1e3:.0f}", f"{r['bytes_per_star']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Messages and kB: sent per rank per step (counted; 2 of the messages are the "
+    lines += ["", "Messages and kB: sent per rank per step (counted; 3 of the messages are the "
               "bench's own barriers).  Memory: the peak resident memory of the run less that of "
               "the process with every kernel loaded, summed over ranks, per star.", "",
               "Targets (issue 16):", ""]
