@@ -205,7 +205,8 @@ def traffic_of(row2: dict, n: int) -> dict:
 
 
 def model(bench: dict, rep: dict[int, dict], t_fixed: float,
-          ns: tuple[int, ...] = (100_000, 1_000_000, 10_000_000)) -> dict:
+          ns: tuple[int, ...] = (100_000, 1_000_000, 10_000_000),
+          ps: list[int] | None = None) -> dict:
     """T(N, P) and speedups for today's design and the 'segments' design.
 
     One rank: the measured one-core step.  P >= 2: each part's parallel work per star is taken
@@ -214,6 +215,7 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
     measured there (``wait`` over the parallel work, assumed not to grow with P); plus the
     replicated passes, T_fixed and the network model.
     """
+    ps = PS if ps is None else ps
     rows = [r for r in bench["steps"] if r.get("config", "Plummer") == "Plummer"]
     out = {}
     for n in ns:
@@ -240,9 +242,9 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
                "repeated_passes_us": {name: v for k in c1 for name, v in rn.get(k, {}).items()
                                       if name not in SEGMENTED},
                "imbalance": imbalance,
-               "traffic": traffic, "P": PS, "today": [], "segments": [],
+               "traffic": traffic, "P": ps, "today": [], "segments": [],
                "measured_speedup_P2": one["us_per_star_step"] / two["us_per_star_step"]}
-        for p in PS:
+        for p in ps:
             if p == 1:
                 res["today"].append(1.0)
                 res["segments"].append(1.0)

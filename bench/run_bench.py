@@ -28,9 +28,11 @@ sys.path.insert(0, str(ROOT))
 BIN = Path(sys.executable).parent
 
 
-def _run(cmd: list[str], threads: int) -> dict:
+def _run(cmd: list[str], threads: int, timeout: float | None = None) -> dict:
+    """Run one bench_step command on ``threads`` numba threads; its BENCH line as a dict
+    (RuntimeError if it printed none, subprocess.TimeoutExpired after ``timeout`` s)."""
     env = dict(os.environ, NUMBA_NUM_THREADS=str(max(threads, 1)))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     for line in p.stdout.splitlines():
         if line.startswith("BENCH "):
             return json.loads(line[6:])

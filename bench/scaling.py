@@ -30,6 +30,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from run_bench import _run  # noqa: E402
+
+from cmc.sweep import _atomic_write  # noqa: E402
 
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- scaling:begin -->", "<!-- scaling:end -->"
@@ -57,67 +62,51 @@ def machine() -> dict:
     return info
 
 
-def _bench(cmd: list[str], threads: int, timeout: float) -> dict:
-    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    for line in p.stdout.splitlines():
-        if line.startswith("BENCH "):
-            return json.loads(line[6:])
-    raise RuntimeError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr[-2000:]}")
-
-
 def _save(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    _atomic_write(path, json.dumps(data, indent=1) + "\n")
 
 
 def measure(out: Path, ps: list[int], ns: list[int], mpiexec: str, timeout: float) -> None:
-    """Every (N, P, threads|ranks) configuration, then the model's other inputs."""
+    """Every (N, P, threads|ranks|hybrid) configuration, then the model's other inputs."""
     from bench.perf_model import fixed_step_seconds, replicated_costs
 
+    os.environ["OMP_NUM_THREADS"] = "1"  # numba's threads only, in every configuration
     out.parent.mkdir(parents=True, exist_ok=True)
     data = {"machine": machine(), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "mpiexec": mpiexec, "rows": [], "errors": []}
     _save(out, data)
     step = [sys.executable, str(ROOT / "bench" / "bench_step.py")]
+
+    def one(n: int, p: int, kind: str, threads: int) -> None:
+        """One configuration: P threads, P ranks, or P ranks x ``threads`` (hybrid)."""
+        cmd = step + [str(n), str(STEPS[n]), str(threads)]
+        if kind != "threads":
+            cmd = [mpiexec, "-n", str(p)] + cmd
+        label = f"N={n:.0e} P={p:2d} {kind:7s}" + (f" x {threads}" if kind == "hybrid" else "")
+        t0 = time.perf_counter()
+        try:
+            row = _run(cmd, threads, timeout)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            data["errors"].append(f"{label}: {str(exc)[-600:]}")
+            print(data["errors"][-1], flush=True)
+        else:
+            row.update(kind=kind, P=p, wall_s=time.perf_counter() - t0)
+            data["rows"].append(row)
+            print(f"{label}: {row['us_per_star_step']:.4f} us per star-step "
+                  f"({row['wall_s']:.0f} s)", flush=True)
+        _save(out, data)
+
     for n in ns:
         for p in ps:
-            runs = [("threads", step + [str(n), str(STEPS[n]), str(p)], p)]
+            one(n, p, "threads", p)
             if p > 1:
-                runs.append(("ranks", [mpiexec, "-n", str(p)] + step
-                             + [str(n), str(STEPS[n]), "1"], 1))
-            for kind, cmd, threads in runs:
-                t0 = time.perf_counter()
-                try:
-                    row = _bench(cmd, threads, timeout)
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    data["errors"].append(f"N={n} P={p} {kind}: {str(exc)[-600:]}")
-                    print(data["errors"][-1], flush=True)
-                    _save(out, data)
-                    continue
-                row.update(kind=kind, P=p, wall_s=time.perf_counter() - t0)
-                data["rows"].append(row)
-                print(f"N={n:.0e} P={p:2d} {kind:7s}: {row['us_per_star_step']:.4f} us per "
-                      f"star-step ({row['wall_s']:.0f} s)", flush=True)
-                _save(out, data)
+                one(n, p, "ranks", 1)
     # ranks x threads filling the machine, e.g. 2 x 8, 4 x 4, 8 x 2 on 16 cores
     top = max(ps)
     for n in ns:
         for p in ps:
-            t = top // p
-            if p in (1, top) or p * t != top:
-                continue
-            cmd = [mpiexec, "-n", str(p)] + step + [str(n), str(STEPS[n]), str(t)]
-            try:
-                row = _bench(cmd, t, timeout)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                data["errors"].append(f"N={n} {p}x{t} hybrid: {str(exc)[-600:]}")
-                continue
-            data["rows"].append(dict(row, kind="hybrid", P=p))
-            print(f"N={n:.0e} {p:2d} ranks x {t:2d} threads: {row['us_per_star_step']:.4f}",
-                  flush=True)
-            _save(out, data)
+            if p not in (1, top) and top % p == 0:
+                one(n, p, "hybrid", top // p)
     # the machine's own MPI: latency and bandwidth of the step's kinds of collective
     data["comm"] = {}
     for p in ps:
@@ -129,6 +118,8 @@ def measure(out: Path, ps: list[int], ns: list[int], mpiexec: str, timeout: floa
         got = [ln[5:] for ln in res.stdout.splitlines() if ln.startswith("COMM ")]
         if got:
             data["comm"][str(p)] = json.loads(got[0])
+        else:
+            data["errors"].append(f"comm_bench P={p}: {res.stderr[-600:]}")
     _save(out, data)
     t0 = time.perf_counter()
     data["replicated_us"] = {n: replicated_costs(n) for n in ns}
@@ -167,21 +158,17 @@ def _model_rows(data: dict, n: int) -> list[str]:
     rep = {int(k): v for k, v in data["replicated_us"].items()}
     one, two = _find(rows, n, 1, "threads"), _find(rows, n, 2, "ranks")
     ps = sorted({r["P"] for r in rows if r["N"] == n and r["kind"] == "ranks"} | {1})
-    saved = pm.PS
-    pm.PS = ps
-    try:
-        res = pm.model({"steps": [dict(one, ranks=1, threads=1), dict(two, ranks=2)]}, rep,
-                       data["t_fixed_s"], ns=(n,))[n]
-    finally:
-        pm.PS = saved
+    res = pm.model({"steps": [dict(one, ranks=1, threads=1), dict(two, ranks=2)]}, rep,
+                   data["t_fixed_s"], ns=(n,), ps=ps)[n]
     t1, base = res["t1_s"], one["us_per_star_step"]
     comm = data.get("comm", {})
-    out = [f"N = {n:.0e}, microseconds per star-step (speedup against one core).  Ranks: the "
-           "first sitting; 'other sittings': the same run twice more (the second with "
-           "`-bind-to core`).  Model: the 2-rank model of the section above fed with this "
-           "machine's P = 1 and 2 rows and its own passes over the replicated arrays; its "
-           "network terms with InfiniBand's figures, or with this machine's MPI (latency and "
-           "bandwidth per rank measured by bench/comm_bench.py at that P).", "",
+    out = [f"N = {n:.0e}, microseconds per star-step (speedup against one core).  Ranks: "
+           "the first sitting; 'other sittings': repeats kept in the JSON (kind ranks-repeat, "
+           "and ranks-bound: with `-bind-to core`).  Model: the 2-rank model of the section "
+           "above fed with this machine's P = 1 and 2 rows and its own passes over the "
+           "replicated arrays; its network terms with InfiniBand's figures, or with this "
+           "machine's MPI (latency and bandwidth per rank measured by bench/comm_bench.py at "
+           "that P).", "",
            "| P | threads | ranks | ranks, other sittings | model, compute only "
            "| model, InfiniBand | model, this machine's MPI |", "|---|---|---|---|---|---|---|"]
     for p in ps:
@@ -232,12 +219,14 @@ def report(path: Path, write_doc: bool = True) -> str:
         if _find(rows, n, 1, "threads") and _find(rows, n, 2, "ranks"):
             lines += _model_rows(data, n)
     cal = pm.calibrated(data)
-    lines += ["The model calibrated on these P = 1-16 ranks instead (`perf_model.calibrated`): "
-              "the step cost per star fitted to a / P + b, b being what every rank pays "
-              "whatever P (the repeated passes, the shared-memory collectives and the waits "
-              "inside them), projected beyond 16 with InfiniBand's latency for the further "
-              "doublings:", "",
-              "| N | a [us] | b [us] | fit at P = 1, 2, 4, 8, 16 | measured | speedup at P = "
+    fit_ps = next(iter(cal.values()))["P_fit"]
+    lines += [f"The model calibrated on these P = 1-{fit_ps[-1]} ranks instead "
+              "(`perf_model.calibrated`): the step cost per star fitted to a / P + b, b being "
+              "what every rank pays whatever P (the repeated passes, the shared-memory "
+              "collectives and the waits inside them), projected beyond "
+              f"{fit_ps[-1]} with InfiniBand's latency for the further doublings:", "",
+              "| N | a [us] | b [us] | fit at P = " + ", ".join(map(str, fit_ps))
+              + " | measured | speedup at P = "
               + ", ".join(str(q) for q in pm.PS) + " |", "|---|---|---|---|---|---|"]
     for n, c in cal.items():
         lines.append(f"| {n:.0e} | {c['a_us']:.3f} | {c['b_us']:.3f} | "
