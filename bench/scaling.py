@@ -162,15 +162,20 @@ def _model_rows(data: dict, n: int) -> list[str]:
                    data["t_fixed_s"], ns=(n,), ps=ps)[n]
     t1, base = res["t1_s"], one["us_per_star_step"]
     comm = data.get("comm", {})
+    # the repeats' column only where the JSON holds repeats (a new `measure` writes none)
+    repeats = any(r["N"] == n and r["kind"] in ("ranks-repeat", "ranks-bound") for r in rows)
     out = [f"N = {n:.0e}, microseconds per star-step (speedup against one core).  Ranks: "
-           "the first sitting; 'other sittings': repeats kept in the JSON (kind ranks-repeat, "
-           "and ranks-bound: with `-bind-to core`).  Model: the 2-rank model of the section "
+           + ("the first sitting; 'other sittings': repeats kept in the JSON (kind "
+              "ranks-repeat, and ranks-bound: with `-bind-to core`).  " if repeats else
+              "one sitting.  ")
+           + "Model: the 2-rank model of the section "
            "above fed with this machine's P = 1 and 2 rows and its own passes over the "
            "replicated arrays; its network terms with InfiniBand's figures, or with this "
            "machine's MPI (latency and bandwidth per rank measured by bench/comm_bench.py at "
            "that P).", "",
-           "| P | threads | ranks | ranks, other sittings | model, compute only "
-           "| model, InfiniBand | model, this machine's MPI |", "|---|---|---|---|---|---|---|"]
+           "| P | threads | ranks | " + ("ranks, other sittings | " if repeats else "")
+           + "model, compute only | model, InfiniBand | model, this machine's MPI |",
+           "|---|---|---|" + ("---|" if repeats else "") + "---|---|---|"]
     for p in ps:
         th = _find(rows, n, p, "threads")
         rk = one if p == 1 else _find(rows, n, p, "ranks")
@@ -188,7 +193,8 @@ def _model_rows(data: dict, n: int) -> list[str]:
                 beta = c[str(n)]["allgatherv_GBps_per_rank"] * 1e9
                 mod[2] = comp + sum(pm.comm_parts(n, p, res["traffic"], alpha, beta))
         out.append(f"| {p} | {_cell(th, base)} | {_cell(rk, base)} | "
-                   + (", ".join(f"{u:.3f}" for u in others) or "-") + " | "
+                   + ((", ".join(f"{u:.3f}" for u in others) or "-") + " | " if repeats
+                      else "")
                    + " | ".join(f"{m / n * 1e6:.3f} ({t1 / m:.1f}x)" for m in mod) + " |")
     p = max(ps)
     rk = _find(rows, n, p, "ranks")

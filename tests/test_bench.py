@@ -229,6 +229,7 @@ def test_scaling_report_checks_the_model(tmp_path):
         assert f"| 16 | - | {sixteen['us_per_star_step']:.3f} ({speedup:.1f}x)" not in text
         assert f"{sixteen['us_per_star_step']:.3f} ({speedup:.1f}x)" in text
     assert "calibrated" in text and "4 x 4" in text and "Allreduce" in text
+    assert "| ranks, other sittings |" in text  # the kept JSON holds repeats
     # a measurement cut short before the model's inputs cannot be reported
     del data["replicated_us"]
     path.write_text(json.dumps(data))
@@ -267,3 +268,7 @@ def test_scaling_measure_then_report(tmp_path):
     text = subprocess.run([sys.executable, "bench/scaling.py", "report", str(out), "--no-doc"],
                           check=True, cwd=root, capture_output=True, text=True).stdout
     assert "N = 2e+04" in text and "| 2 | " in text and "Time inside the collectives" in text
+    # no repeats measured: no column for them (it would only hold "-")
+    assert "other sittings" not in text
+    header = next(line for line in text.splitlines() if line.startswith("| P | threads"))
+    assert header.count("|") - 1 == 6
