@@ -19,7 +19,8 @@ imbalance), the line holds
 what each rank sends per step, counted by :class:`parallel.comm.CountingComm` over a few
 further steps (messages = collective calls; bytes = payload this rank contributes), and the
 memory per star: the peak resident memory less the memory of the process with every kernel
-loaded (a small warm-up run first), summed over ranks, over N.
+loaded (a small warm-up run first), summed over ranks (the node-shared window of
+``run.shared_memory`` counted once per node), over N.
 """
 
 from __future__ import annotations
@@ -125,7 +126,11 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
         gpu = dataclasses.replace(gpu)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     timers = comm.gather(mine, root=0)
-    rss_all = comm.gather((rss, rss0), root=0)
+    # the node's shared window (run.shared_memory) is in every rank's resident memory: count
+    # it once per node (on its first rank)
+    rep = getattr(sim, "replicas", None)
+    shared = rep.bytes_mapped() if rep is not None and not rep.is_leader else 0
+    rss_all = comm.gather((rss, rss0 + shared), root=0)
     # what travels: a few more steps through a counting communicator
     counter = CountingComm(sim.comm)
     sim.comm = counter
@@ -152,6 +157,7 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
            "parts_us_per_star_by_rank": [{p: t[p] / (steps * n) * 1e6 for p in PARTS}
                                          for t in timers],
            "ms_per_step": wall / steps * 1e3,
+           "shared_memory": getattr(sim, "replicas", None) is not None,
            "max_rss_bytes_per_star": max(r for r, _ in rss_all) / n,
            "bytes_per_star": sum(r - r0 for r, r0 in rss_all) / n,
            "messages_per_step_per_rank": max(msgs),

@@ -115,6 +115,11 @@ class RunConfig:
                             "gpu (a CUDA device through CuPy: pip install 'henon-cmc[gpu]') or "
                             "gpu-sim (the GPU kernel in numba's CUDA simulator: slow, for "
                             "tests)", choices=("cpu", "gpu", "gpu-sim"))
+    shared_memory: str = _p("auto", "", "MPI runs: auto holds the arrays of all stars that "
+                            "every rank reads (radii, masses, potential) once per node in "
+                            "MPI-3 shared memory where the ranks of each node are consecutive; "
+                            "off: a private copy on every rank.  The same results either way",
+                            choices=("auto", "off"))
 
 
 @dataclass

@@ -56,6 +56,7 @@ from cmc.units import Units
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum, ranked_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout, rank_bounds
 from parallel.sample_sort import parallel_sort
+from parallel.shared import NodeReplicas
 from parallel.streams import Streams
 from physics import encounters as enc
 from physics.binaries import binary_binary_timescale, binary_single_timescale, binding_energy
@@ -73,6 +74,7 @@ from physics.orbits import (
 )
 from physics.potential import (
     compute_potential,
+    compute_potential_into,
     potential_at_points,
     potential_at_sorted_radii,
     potential_energy,
@@ -259,6 +261,9 @@ class Simulation:
                                        collapse_tol=b.collapse_tol))
         #: the orbit kernel: numba on the CPU, or the same kernel on a GPU
         self.orbits = orbit_kernel(cfg.run.orbit_backend, comm)
+        #: the replicated arrays in the node's shared memory (None: this rank's own copies)
+        self.replicas = (NodeReplicas.create(comm) if self.size > 1
+                         and cfg.run.shared_memory == "auto" else None)
         self.sync_replicated()
 
     # ------------------------------------------------------------------ construction
@@ -395,7 +400,15 @@ class Simulation:
 
     # ------------------------------------------------------------------ replicated data
     def sync_replicated(self) -> None:
-        """Allgather radii and masses (global order) and recompute the potential."""
+        """Allgather radii and masses (global order) and recompute the potential: into the
+        node's shared memory (:class:`parallel.shared.NodeReplicas`, ``run.shared_memory``),
+        or into this rank's own arrays."""
+        if self.replicas is not None:
+            self.n_total = int(allreduce_sum(self.comm, np.array([self.stars.n]))[0])
+            self.r_all, self.m_all, self.phi_all, self.mcum_all = self.replicas.publish(
+                self.n_total, self.stars.r, self.stars.m, compute_potential_into)
+            self.offset = int(rank_bounds(self.n_total, self.size)[self.rank])
+            return
         self.r_all = allgatherv_array(self.comm, self.stars.r)
         self.m_all = allgatherv_array(self.comm, self.stars.m)
         self.n_total = self.r_all.size
@@ -1556,7 +1569,19 @@ class Simulation:
                 self._esc.close()
 
         self._on_root(close)
+        self.release_shared_memory()
         return reason
+
+    def release_shared_memory(self) -> None:
+        """Give the node's shared windows back (collective; the end of :meth:`run`): the
+        replicated arrays become this rank's own copies, later steps gather them as without
+        shared memory (the same bits)."""
+        if self.replicas is None:
+            return
+        self.r_all, self.m_all, self.phi_all, self.mcum_all = (
+            np.array(a) for a in (self.r_all, self.m_all, self.phi_all, self.mcum_all))
+        self.replicas.close()
+        self.replicas = None
 
     def _timing_summary(self, steps: int, star_steps: float, wall: float, in_step: float,
                         in_output: float, parts0: dict[str, float]) -> dict:

@@ -36,12 +36,22 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
     n = r.shape[0]
     phi = np.empty(n)
     mcum = np.empty(n)
+    compute_potential_into(r, m, phi, mcum)
+    return phi, mcum
+
+
+@njit(cache=True)
+def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
+                           mcum: np.ndarray) -> None:
+    """:func:`compute_potential` into given arrays ``phi`` and ``mcum`` (of ``r``'s length;
+    e.g. the node-shared ones of :class:`parallel.shared.NodeReplicas`)."""
+    n = r.shape[0]
     acc = 0.0
     for k in range(n):
         acc += m[k]
         mcum[k] = acc
     if n == 0:
-        return phi, mcum
+        return
     # The increments first (independent, vectorised: one division per star), then the serial
     # sum: the same operations in the same order as phi[k + 1] - mcum[k] * (1/r[k] - 1/r[k+1])
     # in one loop, so the same bits, without two divisions on the loop's dependency chain.
@@ -51,7 +61,6 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
     phi[n - 1] = -mcum[n - 1] / r[n - 1]
     for k in range(n - 2, -1, -1):
         phi[k] = phi[k + 1] - phi[k]
-    return phi, mcum
 
 
 @njit(cache=True, inline="always")

@@ -1,0 +1,224 @@
+"""The replicated arrays held once per node, in MPI-3 shared memory (``run.shared_memory``).
+
+Every rank reads the radii, masses, potential and enclosed mass of all N stars (the design's
+replicated arrays).  Held privately, a node running ``c`` ranks holds ``c`` copies, 32 bytes
+per star each plus the previous step's radii, and every rank receives all N radii and masses
+through two Allgathervs per step: at N = 1e6 on 16 ranks of one node that was 6-8x the memory
+of 16 threads (docs/performance.md, "Check on 16 cores"), and at N = 1e7 on a 64-core node it
+would be some 25 GB.
+
+Here each node holds one copy, in a shared-memory window (``MPI_Win_allocate_shared``): each
+rank writes its own stars' radii and masses at their global rows, the nodes' first ranks (the
+leaders) complete the rows of the other nodes with one in-place Allgatherv among themselves
+(nothing at all on a single node), and one rank per node computes the potential and the
+enclosed mass into the window while the node's other ranks wait (each rank computed the same
+before, at the same time).  The arrays hold the same values as the private ones, so a run gives
+the same bits either way, for any placement of ranks on nodes.
+
+Two radius buffers alternate, so that the previous step's radii (the energy correction's old
+radii) stay valid while the new ones are written; the masses, potential and enclosed mass are
+rewritten in place.  Every :meth:`NodeReplicas.publish` starts with a barrier of the node,
+after which no rank still reads what it overwrites (the arrays of the call before, except its
+radii, and the radii of the call before that).  Per node 5 x 8 bytes per star (with 12.5 %
+room for growth: 45), against 40 per rank with private arrays.  A window too small for a grown
+N is replaced by a larger one, the old one freed at the next call (the same barrier), so that
+the last radii stay valid.
+
+Requires that the ranks of each node be consecutive in the communicator (the usual block
+placement, ``mpiexec -n P`` on one node, or ``--map-by core``/``-ppn`` placements): their stars
+are then one contiguous range of the global order.  Otherwise :meth:`NodeReplicas.create`
+returns None and the run keeps private arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from parallel.decomposition import rank_bounds
+
+log = logging.getLogger("cmc.shared")
+
+#: The shared arrays.
+FIELDS = ("r", "m", "phi", "mcum")
+#: Slices of a window: the radii twice (alternating), then the other fields.
+SLICES = ("r", "r", "m", "phi", "mcum")
+#: Room for growth when a window is (re)allocated: the number of objects grows only when a
+#: wide binary is broken, a little at a time.
+GROWTH = 1.125
+
+
+class NodeReplicas:
+    """Node-shared replicated arrays of one run (collective methods; see the module text).
+
+    Make one with :meth:`create`; :meth:`publish` each time the arrays are rebuilt (after the
+    sort); :meth:`close` at the end of the run (collective; otherwise MPI frees the windows at
+    exit).
+    """
+
+    def __init__(self, comm: Any, node: Any, leaders: Any, node_first: np.ndarray) -> None:
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self.comm = comm
+        self.node = node
+        #: the communicator of the nodes' first ranks (COMM_NULL on the others)
+        self.leaders = leaders
+        #: comm rank of each node's first rank, then ``size``
+        self.node_first = node_first
+        self.is_leader = node.Get_rank() == 0
+        self.capacity = 0
+        self._win: Any = None
+        self._arrays: dict[str, np.ndarray] = {}
+        self._radii: list[np.ndarray] = []
+        self._next = 0
+        self._retired: list[Any] = []
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes (of node communicators)."""
+        return self.node_first.size - 1
+
+    @classmethod
+    def create(cls, comm: Any, node: Any = None) -> NodeReplicas | None:
+        """Node-shared arrays for the ranks of ``comm`` (collective), or None on every rank
+        where they cannot be used: a single rank, or a node whose ranks are not consecutive.
+
+        ``node`` is this rank's node communicator (default: ``comm.Split_type`` of the
+        processes that can share memory); tests pass a finer split to act several nodes on
+        one machine.
+        """
+        size = comm.Get_size()
+        if size == 1:
+            return None
+        from mpi4py import MPI
+
+        rank = comm.Get_rank()
+        if node is None:
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        members = node.allgather(rank)
+        consecutive = members == list(range(members[0], members[0] + len(members)))
+        if not comm.allreduce(int(consecutive), op=MPI.MIN):
+            node.Free()
+            if rank == 0:
+                log.info("shared memory off: the ranks of a node are not consecutive")
+            return None
+        leaders = comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, key=rank)
+        firsts = leaders.allgather(rank) if leaders != MPI.COMM_NULL else None
+        firsts = node.bcast(firsts, root=0)
+        return cls(comm, node, leaders, np.array([*firsts, size], dtype=np.int64))
+
+    # ------------------------------------------------------------------ windows
+    def _allocate(self, capacity: int) -> None:
+        """A window of ``len(SLICES) * capacity`` float64 on this node (collective)."""
+        MPI = self._mpi
+        nbytes = len(SLICES) * capacity * 8 if self.is_leader else 0
+        win = MPI.Win.Allocate_shared(nbytes, 8, comm=self.node)
+        buf, _ = win.Shared_query(0)
+        flat = np.ndarray(buffer=buf, dtype=np.float64, shape=(len(SLICES) * capacity,))
+        # one passive epoch for the window's life: Sync then orders this rank's stores
+        win.Lock_all(MPI.MODE_NOCHECK)
+        parts = [flat[k * capacity:(k + 1) * capacity] for k in range(len(SLICES))]
+        self._win, self.capacity, self._next = win, capacity, 0
+        self._radii = parts[:2]
+        self._arrays = dict(zip(SLICES[2:], parts[2:], strict=True))
+
+    def _free(self, win: Any) -> None:
+        win.Unlock_all()
+        win.Free()
+
+    def _sync(self, win: Any) -> None:
+        """Every rank's stores to ``win`` visible to the node's ranks (collective in the node)."""
+        win.Sync()
+        self.node.Barrier()
+        win.Sync()
+
+    # ------------------------------------------------------------------ the arrays
+    def publish(self, n_total: int, r_local: np.ndarray, m_local: np.ndarray,
+                potential: Callable[..., None]) -> tuple[np.ndarray, ...]:
+        """The replicated ``r, m, phi, mcum`` of all ``n_total`` stars (collective).
+
+        Parameters
+        ----------
+        n_total : int
+            Number of stars (the same on every rank).
+        r_local, m_local : numpy.ndarray
+            This rank's stars' radii and masses, its rows of the block layout
+            (``block_counts(n_total, P)[rank]`` of them) in global order.
+        potential : callable
+            ``potential(r, m, phi, mcum)`` fills ``phi`` and ``mcum`` (called on one rank
+            per node): :func:`physics.potential.compute_potential_into`.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            Views of length ``n_total`` into this node's window, never to be written by the
+            caller: the radii valid until the call after next (the next step's old radii),
+            the others until the next call.
+        """
+        MPI = self._mpi
+        bounds = rank_bounds(n_total, self.comm.Get_size())
+        rank = self.comm.Get_rank()
+        lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+        # (a broken layout is a bug: this rank raises after the collectives below, as the
+        # Allgatherv path does, and writes nothing meanwhile)
+        wrong = r_local.shape[0] != hi - lo or m_local.shape[0] != hi - lo
+        # nobody reads the set written now any more (published two calls ago), nor the windows
+        # retired at the last call
+        self.node.Barrier()
+        for win in self._retired:
+            self._free(win)
+        self._retired = []
+        if n_total > self.capacity:  # (the same decision on every rank)
+            if self._win is not None:
+                self._retired = [self._win]
+            self._allocate(max(64, int(n_total * GROWTH)))
+        win = self._win
+        arrays = dict(self._arrays, r=self._radii[self._next])
+        self._next ^= 1
+        if not wrong:
+            arrays["r"][lo:hi] = r_local
+            arrays["m"][lo:hi] = m_local
+        self._sync(win)
+        if self.n_nodes > 1:
+            if self.leaders != MPI.COMM_NULL:
+                starts = bounds[self.node_first]
+                counts = np.diff(starts)
+                for name in ("r", "m"):
+                    self.leaders.Allgatherv(
+                        MPI.IN_PLACE, [arrays[name], (counts, starts[:-1]), MPI.DOUBLE])
+            self._sync(win)
+        views = tuple(arrays[name][:n_total] for name in FIELDS)
+        failed: BaseException | None = None
+        if self.is_leader:
+            try:
+                potential(*views)
+            except Exception as exc:  # raised below on every rank of the node, not only here
+                failed = exc
+        win.Sync()
+        if self.node.allreduce(int(failed is not None), op=MPI.MAX):
+            raise failed or RuntimeError("the potential failed on this node's first rank")
+        win.Sync()
+        if wrong:
+            raise RuntimeError(f"rank {rank} holds {r_local.shape[0]} stars, the block layout "
+                               f"needs {hi - lo}")
+        return views
+
+    def bytes_mapped(self) -> int:
+        """Bytes of the node's window this rank maps (the same pages on every rank of the
+        node): what a per-process memory figure counts once per rank instead of once."""
+        return len(SLICES) * self.capacity * 8
+
+    def close(self) -> None:
+        """Free the windows and communicators (collective)."""
+        self.node.Barrier()
+        for win in self._retired + ([self._win] if self._win is not None else []):
+            self._free(win)
+        self._retired, self._win, self._arrays, self._radii = [], None, {}, []
+        self.capacity = 0
+        if self.leaders != self._mpi.COMM_NULL:
+            self.leaders.Free()
+        self.node.Free()

@@ -1,0 +1,104 @@
+"""Node-shared replicated arrays (``parallel/shared.py``) against the private ones.
+
+Written once for any communicator size (``mpiexec -n P python -m pytest tests/mpi``); every
+rank asserts on data it holds after the last collective.  Several "nodes" on one machine are
+acted by splitting the node communicator further (each node's window is then shared by its
+ranks only, and the leaders' Allgatherv completes the rows of the others).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cmc.config import load_config
+from cmc.simulation import Simulation
+from parallel.comm import allgatherv_array
+from parallel.decomposition import rank_bounds
+from parallel.shared import NodeReplicas
+from physics.potential import compute_potential, compute_potential_into
+
+MPI = pytest.importorskip("mpi4py.MPI")
+
+
+def _local_rows(n_total: int, comm, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's rows of a sorted model of ``n_total`` stars (the same model on all ranks)."""
+    rng = np.random.default_rng(seed)
+    r = np.sort(rng.random(n_total) + 0.01)
+    m = rng.random(n_total) / n_total
+    b = rank_bounds(n_total, comm.Get_size())
+    lo, hi = b[comm.Get_rank()], b[comm.Get_rank() + 1]
+    return r[lo:hi].copy(), m[lo:hi].copy()
+
+
+@pytest.mark.parametrize("ranks_per_node", [0, 1, 2])
+def test_publish_equals_private_arrays(world, ranks_per_node):
+    """The shared r, m, phi, mcum are the private arrays' bits on one node (0: the real node
+    communicator), one node per rank (1) and two ranks per node (2), while N grows past the
+    window's room (a new window) and shrinks; the radii of a call stay valid through the
+    next call (the energy correction reads them as the old radii)."""
+    if world.Get_size() == 1:
+        assert NodeReplicas.create(world) is None
+        return
+    node = None
+    if ranks_per_node:
+        node = world.Split(world.Get_rank() // ranks_per_node, key=world.Get_rank())
+    rep = NodeReplicas.create(world, node)
+    assert rep is not None
+    results = []
+    prev = None
+    for k, n_total in enumerate((1000, 1100, 1500, 900, 3001)):
+        r, m = _local_rows(n_total, world, k)
+        got = rep.publish(n_total, r, m, compute_potential_into)
+        old_radii_kept = prev is None or np.array_equal(prev[0], prev[1])
+        r_all = allgatherv_array(world, r)
+        m_all = allgatherv_array(world, m)
+        phi, mcum = compute_potential(r_all, m_all)
+        results.append((all(np.array_equal(a, b) for a, b in zip(got, (r_all, m_all, phi, mcum),
+                                                                 strict=True)),
+                        old_radii_kept, rep.n_nodes))
+        prev = (got[0], r_all)
+    rep.close()
+    everyone = world.allgather(results)
+    expect_nodes = {0: None, 1: world.Get_size(), 2: (world.Get_size() + 1) // 2}[ranks_per_node]
+    for res in everyone:
+        assert all(same and kept for same, kept, _ in res)
+        if expect_nodes is not None:
+            assert all(nodes == expect_nodes for _, _, nodes in res)
+
+
+def test_nodes_of_scattered_ranks_keep_private_arrays(world):
+    """A node whose ranks are not consecutive (round-robin placement) holds stars that are not
+    one range of the global order: every rank then gets None (private arrays)."""
+    if world.Get_size() < 3:
+        return
+    node = world.Split(world.Get_rank() % 2, key=world.Get_rank())
+    assert NodeReplicas.create(world, node) is None
+
+
+def test_run_with_shared_memory_equals_private(world):
+    """A run with binaries (strong encounters, wide binaries broken: N changes) gives the same
+    bits with the node-shared arrays as with private ones, and gives the windows back at the
+    end of the run."""
+    if world.Get_size() == 1:
+        return
+
+    def run(mode: str):
+        cfg = load_config(None, ["initial.n=1500", "initial.seed=5", "run.max_steps=40",
+                                 "run.n_core_stop=0", "initial.binary_fraction=0.2",
+                                 f"run.shared_memory={mode}"])
+        sim = Simulation.create(cfg, world)
+        shared = sim.replicas is not None
+        sim.run()
+        return sim.gather_stars(), {k: np.asarray(v) for k, v in sim.history.items()}, \
+            shared, sim.replicas is None
+
+    a_stars, a_diag, a_shared, a_released = run("auto")
+    b_stars, b_diag, b_shared, _ = run("off")
+    same = None
+    if world.Get_rank() == 0:  # (the stars are gathered there)
+        same = (all(np.array_equal(a_stars[k], b_stars[k]) for k in a_stars)
+                and all(np.array_equal(a_diag[k], b_diag[k]) for k in a_diag))
+    same = world.bcast(same, root=0)
+    flags = world.allgather((same, a_shared, a_released, b_shared))
+    assert all(f == (True, True, True, False) for f in flags), flags
