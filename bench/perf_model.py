@@ -472,7 +472,8 @@ def bench_section(bench: dict, source: str) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Messages and kB: sent per rank per step (counted; 3 of the messages are the "
               "bench's own barriers).  Memory: the peak resident memory of the run less that of "
-              "the process with every kernel loaded, summed over ranks, per star.", "",
+              "the process with every kernel loaded, summed over ranks (the node-shared window "
+              "of run.shared_memory once per node), per star.", "",
               "Targets (issue 16):", ""]
     for t in bench.get("targets", []):
         lines.append(f"* {'met' if t['met'] else '**not met**'}: {t['target']}; measured "
