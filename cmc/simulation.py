@@ -403,21 +403,20 @@ class Simulation:
         """Allgather radii and masses (global order) and recompute the potential: into the
         node's shared memory (:class:`parallel.shared.NodeReplicas`, ``run.shared_memory``),
         or into this rank's own arrays."""
-        if self.replicas is not None:
+        if self.replicas is not None:  # (publish checks this rank's count against the layout)
             self.n_total = int(allreduce_sum(self.comm, np.array([self.stars.n]))[0])
             self.r_all, self.m_all, self.phi_all, self.mcum_all = self.replicas.publish(
                 self.n_total, self.stars.r, self.stars.m, compute_potential_into)
-            self.offset = int(rank_bounds(self.n_total, self.size)[self.rank])
-            return
-        self.r_all = allgatherv_array(self.comm, self.stars.r)
-        self.m_all = allgatherv_array(self.comm, self.stars.m)
-        self.n_total = self.r_all.size
-        counts = block_counts(self.n_total, self.size)
-        self.offset = int(counts[: self.rank].sum())
-        if counts[self.rank] != self.stars.n:
-            raise RuntimeError(f"rank {self.rank} holds {self.stars.n} stars, the block "
-                               f"layout needs {counts[self.rank]}")
-        self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
+        else:
+            self.r_all = allgatherv_array(self.comm, self.stars.r)
+            self.m_all = allgatherv_array(self.comm, self.stars.m)
+            self.n_total = self.r_all.size
+            need = int(block_counts(self.n_total, self.size)[self.rank])
+            if need != self.stars.n:
+                raise RuntimeError(f"rank {self.rank} holds {self.stars.n} stars, the block "
+                                   f"layout needs {need}")
+            self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
+        self.offset = int(rank_bounds(self.n_total, self.size)[self.rank])
 
     def _stream_index(self) -> tuple[np.ndarray, np.ndarray]:
         """(stream row, sub-stream) of each local block."""

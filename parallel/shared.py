@@ -130,11 +130,18 @@ class NodeReplicas:
         win.Unlock_all()
         win.Free()
 
-    def _sync(self, win: Any) -> None:
-        """Every rank's stores to ``win`` visible to the node's ranks (collective in the node)."""
+    def _sync(self, win: Any, failed: bool | None = None) -> bool:
+        """Every rank's stores to ``win`` visible to the node's ranks (collective in the node).
+        With ``failed`` given, the barrier is a reduction of it: True on every rank of the
+        node if it was True on one."""
         win.Sync()
-        self.node.Barrier()
+        if failed is None:
+            self.node.Barrier()
+            anyone = False
+        else:
+            anyone = bool(self.node.allreduce(int(failed), op=self._mpi.MAX))
         win.Sync()
+        return anyone
 
     # ------------------------------------------------------------------ the arrays
     def publish(self, n_total: int, r_local: np.ndarray, m_local: np.ndarray,
@@ -198,10 +205,8 @@ class NodeReplicas:
                 potential(*views)
             except Exception as exc:  # raised below on every rank of the node, not only here
                 failed = exc
-        win.Sync()
-        if self.node.allreduce(int(failed is not None), op=MPI.MAX):
+        if self._sync(win, failed is not None):
             raise failed or RuntimeError("the potential failed on this node's first rank")
-        win.Sync()
         if wrong:
             raise RuntimeError(f"rank {rank} holds {r_local.shape[0]} stars, the block layout "
                                f"needs {hi - lo}")
