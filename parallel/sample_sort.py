@@ -222,6 +222,68 @@ def _as_words(arr: np.ndarray, n: int) -> np.ndarray:
     return arr.view(np.uint8).reshape(n, -1).view(np.uint32)
 
 
+@njit(cache=True)
+def _all_equal_words(w: np.ndarray) -> bool:
+    """Whether every element of ``w`` (unsigned words) equals the first (``False`` if empty).
+
+    Chunks of 256 are OR-reduced before the test, so the scan vectorises, and a column whose
+    values differ stops at its first chunk."""
+    n = w.shape[0]
+    if n == 0:
+        return False
+    first = w[0]
+    for c in range(0, n, 256):
+        acc = w[0] ^ first
+        for i in range(c, min(n, c + 256)):
+            acc |= w[i] ^ first
+        if acc != 0:
+            return False
+    return True
+
+
+def _words_of(arr: np.ndarray) -> np.ndarray | None:
+    """A 1-d numeric array as unsigned words of its item size (``None`` for other arrays)."""
+    if arr.ndim != 1 or arr.dtype.kind not in "iufb" or arr.dtype.itemsize not in (1, 2, 4, 8):
+        return None
+    return np.ascontiguousarray(arr).view(f"u{arr.dtype.itemsize}")
+
+
+def uniform_value(arr: np.ndarray) -> bytes | None:
+    """The bytes of the one value every element of ``arr`` holds, bit for bit (``-0.0`` and
+    ``0.0``, or two NaN payloads, differ); ``None`` if they differ, if ``arr`` is empty or
+    not a 1-d numeric array.
+
+    A sort need not permute such a column (today every star's ``startype`` and ``rad``
+    without stellar evolution, ``binind`` without binaries, ``m`` of a single-mass model):
+    its sorted copy is the value repeated.
+    """
+    w = _words_of(arr)
+    if w is None or not _all_equal_words(w):
+        return None
+    return w[:1].tobytes()
+
+
+def _filled(dtype: np.dtype, n: int, value: bytes) -> np.ndarray:
+    """``n`` copies of the element whose bytes are ``value`` (bits kept, NaN payloads too)."""
+    out = np.empty(n, dtype=dtype)
+    out.view(f"u{out.dtype.itemsize}").fill(np.frombuffer(value, dtype=f"u{len(value)}")[0])
+    return out
+
+
+def _uniform_fields(fields: Mapping[str, np.ndarray], key: str | None,
+                    tiebreak: str | None) -> dict[str, bytes]:
+    """The fields of ``fields`` (not the keys) whose values are all the same, with that
+    value's bytes (:func:`uniform_value`)."""
+    out = {}
+    for name, arr in fields.items():
+        if name in (key, tiebreak):
+            continue
+        v = uniform_value(arr)
+        if v is not None:
+            out[name] = v
+    return out
+
+
 def _pack_words(fields: Mapping[str, np.ndarray], rec: np.ndarray) -> bool:
     """Fill ``rec`` from ``fields`` record by record; False if the layout does not allow it."""
     n = rec.shape[0]
@@ -724,7 +786,10 @@ def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | N
     if err:
         raise ValueError(err)
     order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
-    return {name: gather_rows(arr, order) for name, arr in fields.items()}
+    # a column holding one value needs no permutation: its random reads are a sort's cost
+    same = _uniform_fields(fields, key, tiebreak)
+    return {name: _filled(arr.dtype, order.size, same[name]) if name in same
+            else gather_rows(arr, order) for name, arr in fields.items()}
 
 
 # ---------------------------------------------------------------------------
@@ -847,6 +912,9 @@ def _sample_sort_records(
     else:
         order = keys = tbs = dtype_descr = None
     n_local = 0 if order is None else order.size
+    # columns of one value here (a rank without stars does not constrain them): those of
+    # one value on every rank stay out of the records (rank 0 decides with the splitters)
+    same = _uniform_fields(fields, key, tiebreak) if n_local else None
 
     # Phase 2: regular sampling at the centres of s equal slices.
     s = default_sample_size(size, n_local) if sample_size is None else int(sample_size)
@@ -857,16 +925,16 @@ def _sample_sort_records(
         samp_t = None if tbs is None else tbs[pos]
     else:
         samp_k = samp_t = None
-    gathered = comm.gather((n_local, samp_k, samp_t, dtype_descr, err), root=0)
+    gathered = comm.gather((n_local, samp_k, samp_t, dtype_descr, err, same), root=0)
 
     # Phase 3: splitter selection on rank 0 (which also counts the stars).
     if me == 0:
         msg = _root_check(gathered)
         split = None if msg else _choose_splitters(gathered, size, tiebreak is not None)
-        payload = (msg, split, sum(g[0] for g in gathered))
+        payload = (msg, split, sum(g[0] for g in gathered), _common_values(gathered))
     else:
         payload = None
-    msg, split, n_total = comm.bcast(payload, root=0)
+    msg, split, n_total, same = comm.bcast(payload, root=0)
     if msg:
         raise ValueError(err or f"sample_sort: invalid input on another rank: {msg}")
 
@@ -883,7 +951,8 @@ def _sample_sort_records(
     lo, hi = int(edges[me]), int(edges[me + 1])
     send_counts = np.diff(edges)
     send_counts[me] = 0
-    rec = pack_records(fields, order)  # in sorted order: each destination's run is a slice
+    sent = {name: arr for name, arr in fields.items() if name not in same}
+    rec = pack_records(sent, order)  # in sorted order: each destination's run is a slice
     received, run_counts = _exchange(comm, rec, send_counts, edges[:-1])
 
     # Phase 5: merge the runs (received ones and this rank's own, in rank order), then place
@@ -899,8 +968,10 @@ def _sample_sort_records(
         merged_tbs = np.concatenate((rt[:before], tbs[lo:hi], rt[before:]))
     starts = np.concatenate(([0], np.cumsum(run_counts))).astype(np.int64)
     where = _merge_positions(merged_keys, merged_tbs, starts)
-    return _place(fields, rec[lo:hi], where[before:before + hi - lo], received,
-                  np.concatenate((where[:before], where[before + hi - lo:])))
+    placed = _place(sent, rec[lo:hi], where[before:before + hi - lo], received,
+                    np.concatenate((where[:before], where[before + hi - lo:])))
+    return {name: _filled(arr.dtype, where.size, same[name]) if name in same
+            else placed[name] for name, arr in fields.items()}
 
 
 def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.ndarray,
@@ -961,9 +1032,22 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     return cuts
 
 
+def _common_values(gathered: list[tuple]) -> dict[str, bytes]:
+    """On rank 0: the fields that hold one value, the same bytes, on every rank that holds
+    stars (:func:`_uniform_fields`), with that value."""
+    common = None
+    for g in gathered:
+        same = g[5]
+        if same is None:  # no stars on that rank
+            continue
+        common = dict(same) if common is None else {
+            name: v for name, v in common.items() if same.get(name) == v}
+    return common or {}
+
+
 def _root_check(gathered: list[tuple]) -> str | None:
     """On rank 0: first error message among ranks, or a dtype mismatch."""
-    for rank, (_, _, _, _, err) in enumerate(gathered):
+    for rank, (_, _, _, _, err, *_) in enumerate(gathered):
         if err:
             return f"rank {rank}: {err}"
     descrs = {repr(g[3]) for g in gathered}
@@ -980,7 +1064,7 @@ def _choose_splitters(
     Each sample stands for ``n_k / s_k`` stars of its rank, so ranks that
     hold more stars than others (uneven input) are not under-represented.
     """
-    parts = [(n, k, t) for n, k, t, _, _ in gathered if k is not None and len(k) > 0]
+    parts = [(n, k, t) for n, k, t, *_ in gathered if k is not None and len(k) > 0]
     if not parts:
         return None, None
     sk = np.ascontiguousarray(np.concatenate([k for _, k, _ in parts]))

@@ -384,6 +384,48 @@ def test_parallel_sort_serial_selected_rows(n):
             parallel_sort(SerialComm(), stars, rows=keep)
 
 
+def test_uniform_value_is_bitwise():
+    """One value bit for bit, or None: -0.0 beside 0.0 and two NaN payloads differ; empty,
+    2-d and object arrays are never uniform."""
+    from parallel.sample_sort import uniform_value
+
+    assert uniform_value(np.full(1000, 0.25)) == np.float64(0.25).tobytes()
+    assert uniform_value(np.full(7, -1, dtype=np.int64)) == np.int64(-1).tobytes()
+    assert uniform_value(np.ones(3, dtype=np.int32)) == np.int32(1).tobytes()
+    assert uniform_value(np.zeros(5, dtype=bool)) == b"\x00"
+    for n, at in ((1000, 999), (1000, 256), (1000, 1), (300, 255)):  # last, chunk edges
+        a = np.full(n, 0.5)
+        a[at] = 0.5000000000000001
+        assert uniform_value(a) is None, (n, at)
+    assert uniform_value(np.array([0.0, -0.0])) is None
+    nans = np.array([0x7FF8_0000_0000_0001, 0x7FF8_0000_0000_0002], dtype=np.uint64)
+    assert uniform_value(nans.view(np.float64)) is None
+    assert uniform_value(np.array([], dtype=np.float64)) is None
+    assert uniform_value(np.ones((3, 2))) is None
+    assert uniform_value(np.array(["a", "a"])) is None
+
+
+@pytest.mark.parametrize("n", [1, 19, 1003])
+def test_parallel_sort_serial_uniform_columns(n):
+    """Columns of one value are filled instead of permuted: the same bits as the
+    permutation (a NaN payload, -0.0 stays -0.0), with and without dropped rows."""
+    stars = _stars(n, seed=n + 2)
+    stars["one"] = np.full(n, -0.0)
+    stars["nan"] = np.full(n, np.uint64(0x7FF8_0000_0000_0ABC)).view(np.float64)
+    stars["type"] = np.ones(n, dtype=np.int32)
+    keep = np.flatnonzero(np.random.default_rng(n).random(n) < 0.8)
+    for rows in (None, keep):
+        sub = stars if rows is None else {k: v[rows] for k, v in stars.items()}
+        out = parallel_sort(SerialComm(), stars, rows=rows)
+        order = np.lexsort((sub["id"], sub["r"]))
+        assert list(out) == list(stars)
+        for k, v in sub.items():
+            assert out[k].dtype == v.dtype
+            np.testing.assert_array_equal(out[k].view(f"u{v.dtype.itemsize}"),
+                                          v[order].view(f"u{v.dtype.itemsize}"), err_msg=k)
+        assert not any(np.shares_memory(out[k], stars[k]) for k in stars)
+
+
 def test_parallel_sort_serial_errors():
     stars = _stars(10)
     with pytest.raises(ValueError):

@@ -165,6 +165,42 @@ def test_parallel_sort_word_records(on_subcomms, n, case, layout):
         check_blocks(values(outcomes), expected, p)
 
 
+def _with_uniform_columns(stars: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``stars`` plus columns of one value (as ``startype`` or a single-mass model's ``m``),
+    values equal as floats but not as bits, and one uniform on each third of the stars."""
+    n = len(stars["r"])
+    nan = np.frombuffer(np.uint64(0x7FF8_0000_0000_0ABC).tobytes(), dtype=np.float64)[0]
+    # 0.0 == -0.0 but the bits differ: one on each half (uniform on each rank at P = 2)
+    signs = np.where(np.arange(n) < -(-n // 2), 0.0, -0.0)
+    return {**stars, "one": np.full(n, 0.25), "type": np.ones(n, dtype=np.int32),
+            "nan": np.full(n, nan), "zero": signs, "third": (np.arange(n) * 3 // max(n, 1))
+            .astype(np.int32), "none": np.full(n, -1, dtype=np.int64)}
+
+
+@pytest.mark.parametrize("layout", ["even", "first", "interleaved"])
+@pytest.mark.parametrize("n", [0, 1, 45, 1003])
+def test_parallel_sort_uniform_columns(on_subcomms, n, layout):
+    """Columns of one value on every rank stay out of the records and are filled on arrival
+    (``uniform_value``): the result is the reference bit for bit (a NaN's payload, -0.0
+    beside 0.0), also with dropped rows, ranks without stars, and columns uniform on each
+    rank but not across them (even layout: ``zero`` at P = 2, ``third`` at P = 3)."""
+    stars = _with_uniform_columns(global_stars("random", n))
+    dropped = np.random.default_rng(13).random(n) < 0.05
+    expected = reference_sort(take(stars, np.flatnonzero(~dropped)))
+
+    def run(comm):
+        idx = local_indices(layout, n, comm.size, comm.rank)
+        return parallel_sort(comm, take(stars, idx), rows=np.flatnonzero(~dropped[idx]))
+
+    for p, outcomes in on_subcomms(run).items():
+        parts = values(outcomes)
+        check_blocks(parts, expected, p)
+        got = {k: np.concatenate([part[k] for part in parts]) for k in ("nan", "zero")}
+        for k in got:  # the bits, not only the values
+            np.testing.assert_array_equal(got[k].view(np.uint64),
+                                          expected[k].view(np.uint64), err_msg=k)
+
+
 @pytest.mark.parametrize("layout", ["uneven", "first"])
 @pytest.mark.parametrize("case", CASES)
 def test_parallel_sort_selected_rows(on_subcomms, case, layout):
