@@ -60,7 +60,13 @@ from parallel.shared import NodeReplicas
 from parallel.streams import Streams
 from physics import encounters as enc
 from physics.binaries import binary_binary_timescale, binary_single_timescale, binding_energy
-from physics.energy import TAKE_FRACTION, block_sums, correct_velocities, settle_debts
+from physics.energy import (
+    TAKE_FRACTION,
+    block_kinetic,
+    correct_velocities,
+    scale_blocks,
+    settle_debts,
+)
 from physics.fewbody import EncounterSettings
 from physics.orbits import (
     LOOKUP_PER_BUCKET,
@@ -1056,9 +1062,8 @@ class Simulation:
         from all stars.  The result does not depend on the number of ranks.
         """
         stars = self.stars
-        ke = 0.5 * stars.m * (stars.vr ** 2 + stars.vt ** 2)
         debts = allgatherv_array(self.comm, deficit)
-        kes = allgatherv_array(self.comm, block_sums(ke, MIN_CHUNK))
+        kes = allgatherv_array(self.comm, block_kinetic(stars.m, stars.vr, stars.vt, MIN_CHUNK))
         pay, left = settle_debts(debts, kes, TAKE_FRACTION)
         first = self.offset // MIN_CHUNK
         mine = pay[first:first + deficit.size]
@@ -1071,9 +1076,7 @@ class Simulation:
             if k_tot <= left:
                 raise StopRun("energy deficit exceeds the kinetic energy")
             factor *= math.sqrt(1.0 - left / k_tot)
-        per_star = np.repeat(factor, MIN_CHUNK)[: stars.n]
-        stars.vr = stars.vr * per_star
-        stars.vt = stars.vt * per_star
+        scale_blocks(stars.vr, stars.vt, factor, MIN_CHUNK)  # in place, as the correction
         self.state.e_deficit += float(np.sum(debts))
         log.debug("energy deficit %.3e passed on (%.3e taken from all stars)",
                   float(np.sum(debts)), left)

@@ -163,6 +163,36 @@ def block_sums(x, block):
 
 
 @njit(cache=True)
+def block_kinetic(m, vr, vt, block):
+    """``block_sums(0.5 * m * (vr**2 + vt**2), block)`` in one pass without temporaries: the
+    same products and sums in the same order, so the same bits [Hénon energy]."""
+    n = m.shape[0]
+    nb = (n + block - 1) // block
+    out = np.zeros(nb)
+    for b in range(nb):
+        acc = 0.0
+        for i in range(b * block, min(n, (b + 1) * block)):
+            acc += 0.5 * m[i] * (vr[i] * vr[i] + vt[i] * vt[i])
+        out[b] = acc
+    return out
+
+
+@njit(cache=True)
+def scale_blocks(vr, vt, factor, block):
+    """Multiply the velocities of block ``b`` (rows ``b * block ..``) by ``factor[b]``, in
+    place.  Blocks whose factor is exactly 1 are skipped: ``x * 1.0`` is ``x``, so the bits are
+    those of multiplying every row, and a debt paid by a few blocks touches only theirs."""
+    n = vr.shape[0]
+    for b in range(factor.shape[0]):
+        f = factor[b]
+        if f == 1.0:
+            continue
+        for i in range(b * block, min(n, (b + 1) * block)):
+            vr[i] = vr[i] * f
+            vt[i] = vt[i] * f
+
+
+@njit(cache=True)
 def settle_debts(debts, kinetic, fraction):
     """Carry block debts outward: block ``b`` pays up to ``fraction * kinetic[b]``.
 

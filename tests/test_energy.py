@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from physics.energy import (
+    block_kinetic,
     block_sums,
     correct_velocities,
     correct_velocities_reference,
+    scale_blocks,
     settle_debts,
 )
 from physics.potential import (
@@ -117,3 +119,21 @@ def test_settle_debts_matches_reference_and_conserves():
 def test_block_sums_fixed_order():
     x = np.arange(45, dtype=float)
     np.testing.assert_array_equal(block_sums(x, 20), [x[:20].sum(), x[20:40].sum(), x[40:].sum()])
+
+
+@pytest.mark.parametrize("n", [0, 1, 20, 45, 1003])
+def test_block_kinetic_and_scale_blocks_equal_their_numpy_twins(n):
+    """The deficit scan's fused kernels give numpy's bits: the blocks' kinetic energies of
+    ``0.5 * m * (vr**2 + vt**2)``, and the velocities times the blocks' factors repeated per
+    row (factors of exactly 1 skipped, a partial last block)."""
+    gen = np.random.default_rng(n)
+    m, vr, vt = gen.random(n) * 1e-5, gen.standard_normal(n), np.abs(gen.standard_normal(n))
+    np.testing.assert_array_equal(block_kinetic(m, vr, vt, 20),
+                                  block_sums(0.5 * m * (vr ** 2 + vt ** 2), 20))
+    nb = (n + 19) // 20
+    factor = np.where(gen.random(nb) < 0.5, 1.0, np.sqrt(1.0 - 0.3 * gen.random(nb)))
+    want_r = vr * np.repeat(factor, 20)[:n]
+    want_t = vt * np.repeat(factor, 20)[:n]
+    scale_blocks(vr, vt, factor, 20)
+    np.testing.assert_array_equal(vr.view(np.uint64), want_r.view(np.uint64))
+    np.testing.assert_array_equal(vt.view(np.uint64), want_t.view(np.uint64))
