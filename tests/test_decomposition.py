@@ -393,7 +393,8 @@ def test_uniform_value_is_bitwise():
     assert uniform_value(np.full(7, -1, dtype=np.int64)) == np.int64(-1).tobytes()
     assert uniform_value(np.ones(3, dtype=np.int32)) == np.int32(1).tobytes()
     assert uniform_value(np.zeros(5, dtype=bool)) == b"\x00"
-    for n, at in ((1000, 999), (1000, 256), (1000, 1), (300, 255)):  # last, chunk edges
+    for n, at in ((1000, 999), (1000, 256), (1000, 1), (300, 255), (512, 511), (100, 99),
+                  (2, 1)):  # last, chunk edges, the remainder
         a = np.full(n, 0.5)
         a[at] = 0.5000000000000001
         assert uniform_value(a) is None, (n, at)
