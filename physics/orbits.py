@@ -22,7 +22,10 @@ One source, two targets: the per-block work (:func:`_orbit_block` and everything
 down to :func:`parallel.rng.taus_uniform`) is written in the subset of Python that both
 ``numba.njit`` and ``numba.cuda.jit(device=True)`` compile -- scalars, tuples, arrays passed
 in, ``math`` functions, no allocation -- and :mod:`physics.orbits_gpu` compiles the very same
-functions for a GPU (one thread per 20-star block).
+functions for a GPU (one thread per 20-star block).  The CPU kernel runs the same per-star
+functions in two phases per group of blocks (all turning points, then the draws:
+:func:`new_orbits_rows_lut`); :func:`new_orbits_rows_blockwise`, one star at a time through
+:func:`_orbit_block`, is its reference twin.
 """
 
 from __future__ import annotations
@@ -445,7 +448,15 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
     (:func:`physics.potential.radius_lookup_table`'s three values): under MPI the ranks
     build it together (:func:`physics.potential.radius_lookup_entries`).  ``nthreads``:
     ``numba.get_num_threads()`` of the caller (an argument, not read here, so that the
-    kernel stays in the on-disk cache); the bits do not depend on it."""
+    kernel stays in the on-disk cache); the bits do not depend on it.
+
+    The same per-star work as :func:`_orbit_block` (the GPU's and
+    :func:`new_orbits_rows_blockwise`'s), in two phases per group of blocks: first every
+    row's turning points (:func:`_orbit_turning`: no random numbers, so the rows' searches are
+    independent and the CPU overlaps their cache misses), then each block's rows sampled in
+    order from its stream (:func:`_orbit_sample`).  The same draws in the same order, so the
+    same bits; 4-6 % less time than one star at a time (N = 1e5, one and two threads).
+    """
     nblocks = states.shape[0]
     lev_r, lev_phi, offsets, shifts = search_levels(r_all, phi_all)
     # Each thread takes every T-th group of ORBIT_GROUP blocks instead of one contiguous share
@@ -455,13 +466,102 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
     # threads do not write the same cache lines.  Each block draws from its own stream: the
     # bits do not depend on the threads.
     ngroups = (nblocks + ORBIT_GROUP - 1) // ORBIT_GROUP
+    most = 1  # rows of the largest group (after encounters a block may hold more than 20)
+    for g in range(ngroups):
+        rows = block_start[min(nblocks, (g + 1) * ORBIT_GROUP)] - block_start[g * ORBIT_GROUP]
+        if rows > most:
+            most = rows
+    # each thread's turning points of one group: rmin, dq_min, dq_max, E, J; kmin, kmax
+    tp = np.empty((nthreads, most, 5))
+    tk = np.empty((nthreads, most, 2), dtype=np.int64)
     for lane in prange(nthreads):
         for g in range(lane, ngroups, nthreads):
-            for blk in range(g * ORBIT_GROUP, min(nblocks, (g + 1) * ORBIT_GROUP)):
-                _orbit_block(blk, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
-                             lut, lut_lo, lut_inv, gidx, block_start, m, vr, vt, states,
-                             r_tidal, r_new, vr_new, vt_new, phi_oo, phi_on, status, counters,
-                             r_apo)
+            b0 = g * ORBIT_GROUP
+            b1 = min(nblocks, (g + 1) * ORBIT_GROUP)
+            i0 = block_start[b0]
+            for i in range(i0, block_start[b1]):
+                _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
+                               gidx, m, vr, vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo,
+                               tp[lane, i - i0], tk[lane, i - i0])
+            for blk in range(b0, b1):
+                tr = 0.0
+                viol = 0.0
+                for i in range(block_start[blk], block_start[blk + 1]):
+                    if status[i] != ORBIT_OK:
+                        continue
+                    trials, violations = _orbit_sample(
+                        i, blk, r_all, phi_all, mcum_all, lut, lut_lo, lut_inv, gidx, m, states,
+                        r_new, vr_new, vt_new, phi_on, r_apo, tp[lane, i - i0], tk[lane, i - i0])
+                    tr += trials
+                    viol += violations
+                counters[blk, 0] = tr
+                counters[blk, 1] = viol
+
+
+@njit(cache=True, inline="always")
+def _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, gidx, m, vr,
+                   vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo, tp, tk):
+    """Row ``i``'s part of :func:`_orbit_block` before its draws: energy, angular momentum and
+    turning points (into ``tp``: rmin, dq_min, dq_max, E, J; ``tk``: kmin, kmax; the
+    apocentre into ``r_apo``), and its status (escapers' outputs written here)."""
+    if status[i] == ORBIT_REMOVED:
+        return
+    s = gidx[i]
+    rs = r_all[s]
+    ms = m[i]
+    pot = phi_all[s] + ms / rs
+    e = pot + 0.5 * (vr[i] * vr[i] + vt[i] * vt[i])
+    jang = rs * vt[i]
+    phi_oo[i] = pot
+    rmin, rmax, kmin, kmax, dqmin, dqmax = _turning_points_lv(
+        r_all, phi_all, mcum_all, s, ms, e, jang, lev_r, lev_phi, offsets, shifts)
+    r_apo[i] = rmax
+    if not math.isfinite(rmax):
+        status[i] = ORBIT_ESCAPED_UNBOUND
+        r_new[i] = rs
+        phi_on[i] = pot
+        return
+    if r_tidal > 0.0 and rmax > r_tidal:
+        status[i] = ORBIT_ESCAPED_TIDAL
+        r_new[i] = rs
+        phi_on[i] = pot
+        return
+    status[i] = ORBIT_OK
+    tp[0] = rmin
+    tp[1] = dqmin
+    tp[2] = dqmax
+    tp[3] = e
+    tp[4] = jang
+    tk[0] = kmin
+    tk[1] = kmax
+
+
+@njit(cache=True, inline="always")
+def _orbit_sample(i, blk, r_all, phi_all, mcum_all, lut, lut_lo, lut_inv, gidx, m, states,
+                  r_new, vr_new, vt_new, phi_on, r_apo, tp, tk):
+    """Row ``i``'s draws (block ``blk``'s stream) given :func:`_orbit_turning`'s results;
+    returns its (trials, bound violations)."""
+    x, vr_i, vt_i, phi_x, trials, violations = _sample_one(
+        states, blk, r_all, phi_all, mcum_all, gidx[i], m[i], tp[3], tp[4], tp[0], r_apo[i],
+        tk[0], tk[1], tp[1], tp[2], lut, lut_lo, lut_inv)
+    r_new[i] = x
+    vr_new[i] = vr_i
+    vt_new[i] = vt_i
+    phi_on[i] = phi_x
+    return trials, violations
+
+
+@njit(cache=True, parallel=True)
+def new_orbits_rows_blockwise(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states,
+                              r_tidal, r_new, vr_new, vt_new, phi_oo, phi_on, status, counters,
+                              r_apo, lut, lut_lo, lut_inv):
+    """Reference twin of :func:`new_orbits_rows_lut`: :func:`_orbit_block` (the GPU's per-block
+    work) once per block, one star at a time; the same bits (tested)."""
+    lev_r, lev_phi, offsets, shifts = search_levels(r_all, phi_all)
+    for blk in prange(states.shape[0]):
+        _orbit_block(blk, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, lut,
+                     lut_lo, lut_inv, gidx, block_start, m, vr, vt, states, r_tidal, r_new,
+                     vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo)
 
 
 @njit(cache=True, inline="always")

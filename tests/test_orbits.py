@@ -254,3 +254,58 @@ def test_orbit_kernel_skips_removed_rows(plummer_5k):
     np.testing.assert_array_equal(s_full, s_part)
     np.testing.assert_array_equal(c_full, c_part)
     assert np.all(full[-1][removed] == ORBIT_REMOVED)  # still marked for the sort
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_two_phase_kernel_equals_blockwise_twin(plummer_5k, threads):
+    """The CPU kernel (turning points of a group of blocks first, then each block's draws)
+    gives the bits of its reference twin, ``_orbit_block`` (the GPU's per-block work) one
+    star at a time: every output, the streams' states and the counters, with removed rows,
+    tidal and unbound escapers, and blocks of uneven size (as after strong encounters: empty,
+    short, and one of 400 rows, more than a whole group of 20-row blocks)."""
+    import numba
+
+    from physics.orbits import (
+        LOOKUP_PER_BUCKET,
+        ORBIT_REMOVED,
+        new_orbits_rows_blockwise,
+        new_orbits_rows_lut,
+    )
+    from physics.potential import radius_lookup_table
+
+    st = plummer_5k
+    r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
+    n = r.size
+    phi, mcum = compute_potential(r, m)
+    vr = vr.copy()
+    vr[[3, 900, 4000]] *= 4.0  # unbound
+    gen = np.random.default_rng(5)
+    gidx = np.sort(gen.integers(0, n, n)).astype(np.int64)  # rows at shared slots too
+    sizes = np.full(n // 20, 20)
+    sizes[:6] = (0, 3, 37, 400, 1, 19)
+    sizes = sizes[np.cumsum(sizes) <= n]
+    block_start = np.concatenate(([0], np.cumsum(sizes), [n])).astype(np.int64)
+    nb = block_start.size - 1
+    lut = radius_lookup_table(r, LOOKUP_PER_BUCKET)
+    r_tidal = float(np.quantile(r, 0.97))
+
+    def run(kernel, extra):
+        states = rng_states(nb)
+        status = np.zeros(n, dtype=np.int8)
+        status[[0, 5, 450, n - 1]] = ORBIT_REMOVED
+        out = [np.full(n, -7.0), vr.copy(), vt.copy(), np.full(n, -7.0), np.full(n, -7.0)]
+        counters = np.zeros((nb, 2))
+        r_apo = np.full(n, -7.0)
+        kernel(r, phi, mcum, gidx, block_start, m, vr, vt, states, r_tidal, *out, status,
+               counters, r_apo, *lut, *extra)
+        return out + [status, r_apo, states, counters]
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = run(new_orbits_rows_lut, (numba.get_num_threads(),))
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    want = run(new_orbits_rows_blockwise, ())
+    assert {1, 2} <= set(np.unique(got[5]).tolist())  # escapers of both kinds
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
