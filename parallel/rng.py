@@ -91,6 +91,7 @@ __all__ = [
     "seed_state",
     "state_from_components",
     "taus_next_u32",
+    "taus_uniform_z",
     "taus_uniform",
     "validate_state",
 ]
@@ -193,6 +194,16 @@ def taus_uniform(states: np.ndarray, i: int) -> float:
     # Via int64: the value fits, and signed int -> double is one instruction
     # where unsigned 64-bit -> double needs a fix-up sequence on x86.
     return (np.float64(np.int64(taus_next_u32(states, i))) + 0.5) * _TWO_M32
+
+
+@njit(cache=True, inline="always")
+def taus_uniform_z(z1, z2, z3, z4):
+    """:func:`taus_uniform` on a state held in four uint64 words (a kernel's registers, not a
+    row of the states array): returns the advanced words and the double.  The same bits as
+    :func:`taus_uniform` on a row holding the same state."""
+    z1, z2, z3, z4 = _step4(z1, z2, z3, z4)
+    # int64 detour: see taus_uniform.
+    return z1, z2, z3, z4, (np.float64(np.int64(z1 ^ z2 ^ z3 ^ z4)) + 0.5) * _TWO_M32
 
 
 @njit(cache=True)

@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit, prange
 
 from parallel.decomposition import MIN_CHUNK
-from parallel.rng import taus_uniform
+from parallel.rng import taus_uniform, taus_uniform_z
 from physics.potential import locate_radius, radius_lookup_table
 
 #: Envelope factor over the end values of g(u).
@@ -453,9 +453,13 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
     The same per-star work as :func:`_orbit_block` (the GPU's and
     :func:`new_orbits_rows_blockwise`'s), in two phases per group of blocks: first every
     row's turning points (:func:`_orbit_turning`: no random numbers, so the rows' searches are
-    independent and the CPU overlaps their cache misses), then each block's rows sampled in
-    order from its stream (:func:`_orbit_sample`).  The same draws in the same order, so the
-    same bits; 4-6 % less time than one star at a time (N = 1e5, one and two threads).
+    independent and the CPU overlaps their cache misses), then the draws, each block's rows
+    in order from its stream, in two lanes that alternate one rejection trial at a time
+    (:func:`_orbit_lane_step`): a trial is one chain of dependent operations (draws, square
+    root, division, table lookup, loads, division, square root), and two independent chains
+    side by side keep the core busy while each waits.  The same draws in the same order
+    within each block, so the same bits.  N = 1e5: 0.336 -> 0.29 us per star on one thread,
+    0.170 -> 0.146 on two (docs/performance.md, tenth sitting).
     """
     nblocks = states.shape[0]
     lev_r, lev_phi, offsets, shifts = search_levels(r_all, phi_all)
@@ -483,19 +487,24 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
                 _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
                                gidx, m, vr, vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo,
                                tp[lane, i - i0], tk[lane, i - i0])
-            for blk in range(b0, b1):
-                tr = 0.0
-                viol = 0.0
-                for i in range(block_start[blk], block_start[blk + 1]):
-                    if status[i] != ORBIT_OK:
-                        continue
-                    trials, violations = _orbit_sample(
-                        i, blk, r_all, phi_all, mcum_all, lut, lut_lo, lut_inv, gidx, m, states,
-                        r_new, vr_new, vt_new, phi_on, r_apo, tp[lane, i - i0], tk[lane, i - i0])
-                    tr += trials
-                    viol += violations
-                counters[blk, 0] = tr
-                counters[blk, 1] = viol
+            # the draws: two lanes, the group's even and odd blocks, one trial of each in
+            # turn, so that the two independent chains of dependent operations overlap
+            tpl = tp[lane]
+            tkl = tk[lane]
+            ia, fa, za, on_a = _lane_start(b0, block_start, states)
+            on_b = b0 + 1 < b1
+            ib, fb, zb, _ = _lane_start(b0 + 1 if on_b else b0, block_start, states)
+            while on_a or on_b:
+                if on_a:
+                    ia, fa, za, on_a = _orbit_lane_step(
+                        ia, fa, za, r_all, phi_all, mcum_all, lut, lut_lo, lut_inv, gidx, m,
+                        states, block_start, b1, status, r_new, vr_new, vt_new, phi_on, r_apo,
+                        tpl, tkl, i0, counters)
+                if on_b:
+                    ib, fb, zb, on_b = _orbit_lane_step(
+                        ib, fb, zb, r_all, phi_all, mcum_all, lut, lut_lo, lut_inv, gidx, m,
+                        states, block_start, b1, status, r_new, vr_new, vt_new, phi_on, r_apo,
+                        tpl, tkl, i0, counters)
 
 
 @njit(cache=True, inline="always")
@@ -536,19 +545,146 @@ def _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
     tk[1] = kmax
 
 
+#: Blocks a lane of the draws moves on by: the kernel's two lanes take a group's even and odd
+#: blocks.
+LANES = 2
+
+
+@njit(cache=True)
+def _lane_start(blk, block_start, states):
+    """A lane of :func:`_orbit_lane_step` at the start of block ``blk``: its integer and float
+    state and the block's stream state (four words), and True."""
+    ints = (blk, block_start[blk], block_start[blk + 1], 0, 0, 0, 0, 0, 0, 0)
+    floats = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    z = (np.uint64(states[blk, 0]), np.uint64(states[blk, 1]), np.uint64(states[blk, 2]),
+         np.uint64(states[blk, 3]))
+    return ints, floats, z, True
+
+
 @njit(cache=True, inline="always")
-def _orbit_sample(i, blk, r_all, phi_all, mcum_all, lut, lut_lo, lut_inv, gidx, m, states,
-                  r_new, vr_new, vt_new, phi_on, r_apo, tp, tk):
-    """Row ``i``'s draws (block ``blk``'s stream) given :func:`_orbit_turning`'s results;
-    returns its (trials, bound violations)."""
-    x, vr_i, vt_i, phi_x, trials, violations = _sample_one(
-        states, blk, r_all, phi_all, mcum_all, gidx[i], m[i], tp[3], tp[4], tp[0], r_apo[i],
-        tk[0], tk[1], tp[1], tp[2], lut, lut_lo, lut_inv)
-    r_new[i] = x
-    vr_new[i] = vr_i
-    vt_new[i] = vt_i
-    phi_on[i] = phi_x
-    return trials, violations
+def _orbit_lane_step(ints, floats, z, r, phi, mcum, lut, lut_lo, lut_inv, gidx, m, states,
+                     block_start, b_end, status, r_new, vr_new, vt_new, phi_on, r_apo, tp, tk,
+                     i0, counters):
+    """One step of a lane of the draws: start its next star (:func:`_sample_one` before its
+    loop; a nearly circular orbit is drawn at once), or run one trial of its star (an
+    iteration of that loop; the star's last draw, the sign of v_r, when it ends), or close
+    its block and move to the lane's next one.  The operations and draws of
+    :func:`_sample_one`, in the same order within a block, so the same bits.
+
+    ``ints`` = (block, next row, end row, in a star, row, slot, kmin, hi_idx, trials,
+    violations); ``floats`` = (m, r_s, E, J^2, J, rmin, rmax, width, ea, eb, the block's
+    trials, its violations); ``z``: the block's stream state in registers (written back when
+    the block closes).  ``tp``, ``tk``: :func:`_orbit_turning`'s results by row - ``i0``.
+    Returns the lane's new state and whether it still has work.
+    """
+    blk, i, end, in_star, row, s, kmin, hi, trials, viol = ints
+    ms, rs, e, j2, jang, rmin, rmax, width, ea, eb, btr, bvl = floats
+    z1, z2, z3, z4 = z
+    n = r.shape[0]
+    if in_star == 0:
+        while i < end and status[i] != ORBIT_OK:
+            i += 1
+        if i >= end:  # the block is done: its stream state and counters, then the next block
+            states[blk, 0] = np.uint32(z1)
+            states[blk, 1] = np.uint32(z2)
+            states[blk, 2] = np.uint32(z3)
+            states[blk, 3] = np.uint32(z4)
+            counters[blk, 0] = btr
+            counters[blk, 1] = bvl
+            if blk + LANES >= b_end:
+                return ints, floats, z, False
+            return _lane_start(blk + LANES, block_start, states)
+        row = i
+        i += 1
+        k = row - i0
+        s = gidx[row]
+        ms = m[row]
+        rs = r[s]
+        e = tp[k, 3]
+        jang = tp[k, 4]
+        rmin = tp[k, 0]
+        rmax = r_apo[row]
+        kmin = tk[k, 0]
+        kmax = tk[k, 1]
+        dq_min = tp[k, 1]
+        dq_max = tp[k, 2]
+        j2 = jang * jang
+        width = rmax - rmin
+        if width <= 1e-13 * rmax or not (dq_min > 0.0) or not (dq_max < 0.0):
+            z1, z2, z3, z4, u1 = taus_uniform_z(z1, z2, z3, z4)
+            x = rmin + width * u1
+            kx = _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, kmax + 1 if kmax + 1 <= n else n)
+            a, b = _interval_coeffs(kx, r, phi, mcum, s, ms, rs)
+            q = 2.0 * (e - a) + 2.0 * b / x - j2 / (x * x)
+            vr = math.sqrt(q) if q > 0.0 else 0.0
+            z1, z2, z3, z4, u2 = taus_uniform_z(z1, z2, z3, z4)
+            if u2 < 0.5:
+                vr = -vr
+            r_new[row] = x
+            vr_new[row] = vr
+            vt_new[row] = jang / x
+            phi_on[row] = a - b / x
+            return ((blk, i, end, 0, row, s, kmin, hi, trials, viol),
+                    (ms, rs, e, j2, jang, rmin, rmax, width, ea, eb, btr + 1.0, bvl),
+                    (z1, z2, z3, z4), True)
+        g1 = math.sqrt(3.0 * width / dq_min)
+        g2 = math.sqrt(3.0 * width / (-dq_max))
+        gmax = g1 if g1 > g2 else g2
+        f1 = F_FACTOR * (g1 if g1 > ENVELOPE_FLOOR * gmax else ENVELOPE_FLOOR * gmax)
+        f2 = F_FACTOR * (g2 if g2 > ENVELOPE_FLOOR * gmax else ENVELOPE_FLOOR * gmax)
+        ea = 0.5 * (f1 + f2)
+        eb = 0.5 * (f2 - f1)
+        hi = kmax + 1 if kmax + 1 <= n else n
+        return ((blk, i, end, 1, row, s, kmin, hi, 0, 0),
+                (ms, rs, e, j2, jang, rmin, rmax, width, ea, eb, btr, bvl),
+                (z1, z2, z3, z4), True)
+    trials += 1
+    z1, z2, z3, z4, xu = taus_uniform_z(z1, z2, z3, z4)
+    c = ea - 0.5 * eb - 2.0 * ea * xu
+    disc = ea * ea - 2.0 * eb * c
+    if disc < 0.0:
+        disc = 0.0
+    u = -2.0 * c / (ea + math.sqrt(disc))
+    if u < -1.0:
+        u = -1.0
+    elif u > 1.0:
+        u = 1.0
+    fbound = ea + eb * u
+    z1, z2, z3, z4, uy = taus_uniform_z(z1, z2, z3, z4)
+    y = fbound * uy
+    x = 0.5 * (rmin + rmax) + 0.25 * width * (3.0 * u - u * u * u)
+    kx = _interval_lut(x, r, lut, lut_lo, lut_inv, kmin, hi)
+    a, b = _interval_coeffs(kx, r, phi, mcum, s, ms, rs)
+    inv_x = 1.0 / x
+    q = 2.0 * (e - a) + (2.0 * b - j2 * inv_x) * inv_x
+    done = False
+    if q <= 0.0:
+        done = trials >= MAX_TRIALS
+    else:
+        gnum = 0.75 * width * (1.0 - u * u)
+        sq = math.sqrt(q)
+        if gnum > fbound * sq:  # the envelope was too low: raise it, go on drawing
+            viol += 1
+            scale = 1.2 * gnum / (fbound * sq)
+            ea *= scale
+            eb *= scale
+        elif y * sq < gnum or trials >= MAX_TRIALS:
+            done = True
+    if done:
+        vr = math.sqrt(q) if q > 0.0 else 0.0
+        z1, z2, z3, z4, us = taus_uniform_z(z1, z2, z3, z4)
+        if us < 0.5:
+            vr = -vr
+        r_new[row] = x
+        vr_new[row] = vr
+        vt_new[row] = jang / x
+        phi_on[row] = a - b * inv_x
+        btr += trials
+        bvl += viol
+        in_star = 0
+    return ((blk, i, end, in_star, row, s, kmin, hi, trials, viol),
+            (ms, rs, e, j2, jang, rmin, rmax, width, ea, eb, btr, bvl),
+            (z1, z2, z3, z4), True)
 
 
 @njit(cache=True, parallel=True)

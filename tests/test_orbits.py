@@ -262,14 +262,17 @@ def test_two_phase_kernel_equals_blockwise_twin(plummer_5k, threads):
     gives the bits of its reference twin, ``_orbit_block`` (the GPU's per-block work) one
     star at a time: every output, the streams' states and the counters, with removed rows,
     tidal and unbound escapers, and blocks of uneven size (as after strong encounters: empty,
-    short, and one of 400 rows, more than a whole group of 20-row blocks)."""
+    short, and one of 400 rows, more than a whole group of 20-row blocks), and nearly circular
+    orbits (drawn without the rejection loop)."""
     import numba
 
     from physics.orbits import (
         LOOKUP_PER_BUCKET,
         ORBIT_REMOVED,
+        _interval_coeffs,
         new_orbits_rows_blockwise,
         new_orbits_rows_lut,
+        search_levels,
     )
     from physics.potential import radius_lookup_table
 
@@ -277,10 +280,24 @@ def test_two_phase_kernel_equals_blockwise_twin(plummer_5k, threads):
     r, m, vr, vt = (st[k] for k in ("r", "m", "vr", "vt"))
     n = r.size
     phi, mcum = compute_potential(r, m)
-    vr = vr.copy()
+    vr, vt = vr.copy(), vt.copy()
     vr[[3, 900, 4000]] *= 4.0  # unbound
     gen = np.random.default_rng(5)
     gidx = np.sort(gen.integers(0, n, n)).astype(np.int64)  # rows at shared slots too
+    # circular orbits (Q and Q' zero at the star's radius: the draws' shortcut), in several
+    # blocks of both lanes
+    levels = search_levels(r, phi)
+    circular = []
+    for row in range(100, n, 37):
+        s_ = gidx[row]
+        a_, b_ = _interval_coeffs(s_ - 1, r, phi, mcum, s_, m[row], r[s_])
+        v_c = np.sqrt(b_ / r[s_])
+        e_ = phi[s_] + m[row] / r[s_] + 0.5 * v_c ** 2
+        tp = turning_points(r, phi, mcum, s_, m[row], e_, r[s_] * v_c, levels)
+        if tp[1] - tp[0] <= 1e-13 * tp[1] or not tp[4] > 0.0 or not tp[5] < 0.0:
+            vr[row], vt[row] = 0.0, v_c
+            circular.append(row)
+    assert len(circular) >= 10
     sizes = np.full(n // 20, 20)
     sizes[:6] = (0, 3, 37, 400, 1, 19)
     sizes = sizes[np.cumsum(sizes) <= n]
