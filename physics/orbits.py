@@ -230,43 +230,6 @@ def _turning_intervals(s, r, phi, lev_r, lev_phi, offsets, shifts, c1_in, c1_out
     return kmin, kmax
 
 
-@njit(cache=True, inline="always")
-def _turning_intervals_pair(sa, ea, ma, ja, sb, eb, mb, jb, r, phi, lev_r, lev_phi, offsets,
-                            shifts):
-    """:func:`_turning_intervals` of two stars at once, their four searches (pericentre and
-    apocentre of each) advancing level by level together: each star's answers, with its
-    arguments as :func:`_turning_points_lv` passes them, so the same bits as two calls."""
-    n = r.shape[0]
-    j2a = ja * ja
-    j2b = jb * jb
-    ina = 2.0 * ea - 2.0 * ma / r[sa]
-    inb = 2.0 * eb - 2.0 * mb / r[sb]
-    outa, c2a, bound_a = 2.0 * ea, 2.0 * ma, ea < 0.0
-    outb, c2b, bound_b = 2.0 * eb, 2.0 * mb, eb < 0.0
-    lo_pa, hi_pa, lo_aa, hi_aa = -1, sa, sa, n
-    lo_pb, hi_pb, lo_ab, hi_ab = -1, sb, sb, n
-    for lev in range(shifts.shape[0]):
-        sh = shifts[lev]
-        off = offsets[lev]
-        lo_pa, hi_pa = _narrow(lo_pa, hi_pa, sh, off, lev_r, lev_phi, False, ina, 0.0, j2a)
-        lo_pb, hi_pb = _narrow(lo_pb, hi_pb, sh, off, lev_r, lev_phi, False, inb, 0.0, j2b)
-        if bound_a:
-            lo_aa, hi_aa = _narrow(lo_aa, hi_aa, sh, off, lev_r, lev_phi, True, outa, c2a, j2a)
-        if bound_b:
-            lo_ab, hi_ab = _narrow(lo_ab, hi_ab, sh, off, lev_r, lev_phi, True, outb, c2b, j2b)
-    lo_pa = lo_pa + _count_true(r, phi, lo_pa + 1, hi_pa, False, ina, 0.0, j2a)
-    lo_pb = lo_pb + _count_true(r, phi, lo_pb + 1, hi_pb, False, inb, 0.0, j2b)
-    if bound_a:
-        lo_aa = lo_aa + _count_true(r, phi, lo_aa + 1, hi_aa, True, outa, c2a, j2a)
-    if bound_b:
-        lo_ab = lo_ab + _count_true(r, phi, lo_ab + 1, hi_ab, True, outb, c2b, j2b)
-    kmin_a = _checked(lo_pa, -1, sa, False, r, phi, ina, 0.0, j2a)
-    kmax_a = _checked(lo_aa, sa, n, True, r, phi, outa, c2a, j2a) if bound_a else n - 1
-    kmin_b = _checked(lo_pb, -1, sb, False, r, phi, inb, 0.0, j2b)
-    kmax_b = _checked(lo_ab, sb, n, True, r, phi, outb, c2b, j2b) if bound_b else n - 1
-    return kmin_a, kmax_a, kmin_b, kmax_b
-
-
 @njit(cache=True)
 def turning_points(r, phi, mcum, s, ms, e, jang, levels=None):
     """Pericentre and apocentre of star ``s`` (exact roots of Q in the bracketing intervals).
@@ -288,21 +251,12 @@ def turning_points(r, phi, mcum, s, ms, e, jang, levels=None):
 def _turning_points_lv(r, phi, mcum, s, ms, e, jang, lev_r, lev_phi, offsets, shifts):
     """:func:`turning_points` with the search levels given as four arrays (the device-side
     form: no allocation)."""
-    rs = r[s]
-    # pericentre: Q(r=0) < 0 <= Q(r_s); apocentre: Q(r_s) >= 0 > Q(r = inf) = 2E
-    kmin, kmax = _turning_intervals(s, r, phi, lev_r, lev_phi, offsets, shifts,
-                                    2.0 * e - 2.0 * ms / rs, 2.0 * e, 2.0 * ms, jang * jang,
-                                    e < 0.0)
-    return _turning_roots(kmin, kmax, r, phi, mcum, s, ms, e, jang)
-
-
-@njit(cache=True, inline="always")
-def _turning_roots(kmin, kmax, r, phi, mcum, s, ms, e, jang):
-    """The rest of :func:`_turning_points_lv` once the intervals holding the turning points
-    are known: the exact roots of Q there, and Q' at them."""
     n = r.shape[0]
     rs = r[s]
     j2 = jang * jang
+    # pericentre: Q(r=0) < 0 <= Q(r_s); apocentre: Q(r_s) >= 0 > Q(r = inf) = 2E
+    kmin, kmax = _turning_intervals(s, r, phi, lev_r, lev_phi, offsets, shifts,
+                                    2.0 * e - 2.0 * ms / rs, 2.0 * e, 2.0 * ms, j2, e < 0.0)
     lo = kmin
     a, b = _interval_coeffs(lo, r, phi, mcum, s, ms, rs)
     c = e - a
@@ -498,14 +452,14 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
 
     The same per-star work as :func:`_orbit_block` (the GPU's and
     :func:`new_orbits_rows_blockwise`'s), in two phases per group of blocks: first every
-    row's turning points, two rows' searches side by side (:func:`_orbit_turning_rows`: no
-    random numbers, so the rows are independent), then the draws, each block's rows
+    row's turning points (:func:`_orbit_turning`: no random numbers, so the rows' searches are
+    independent and the CPU overlaps their cache misses), then the draws, each block's rows
     in order from its stream, in two lanes that alternate one rejection trial at a time
     (:func:`_orbit_lane_step`): a trial is one chain of dependent operations (draws, square
     root, division, table lookup, loads, division, square root), and two independent chains
     side by side keep the core busy while each waits.  The same draws in the same order
-    within each block, so the same bits.  N = 1e5: 0.35 -> 0.27 us per star on one thread,
-    0.18 -> 0.135 on two (docs/performance.md, tenth sitting).
+    within each block, so the same bits.  N = 1e5: 0.336 -> 0.29 us per star on one thread,
+    0.170 -> 0.146 on two (docs/performance.md, tenth sitting).
     """
     nblocks = states.shape[0]
     lev_r, lev_phi, offsets, shifts = search_levels(r_all, phi_all)
@@ -529,9 +483,10 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
             b0 = g * ORBIT_GROUP
             b1 = min(nblocks, (g + 1) * ORBIT_GROUP)
             i0 = block_start[b0]
-            _orbit_turning_rows(i0, block_start[b1], r_all, phi_all, mcum_all, lev_r, lev_phi,
-                                offsets, shifts, gidx, m, vr, vt, r_tidal, r_new, phi_oo,
-                                phi_on, status, r_apo, tp[lane], tk[lane])
+            for i in range(i0, block_start[b1]):
+                _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
+                               gidx, m, vr, vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo,
+                               tp[lane, i - i0], tk[lane, i - i0])
             # the draws: two lanes, the group's even and odd blocks, one trial of each in
             # turn, so that the two independent chains of dependent operations overlap
             tpl = tp[lane]
@@ -553,24 +508,22 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
 
 
 @njit(cache=True, inline="always")
-def _orbit_energy(i, r_all, phi_all, gidx, m, vr, vt, phi_oo):
-    """Row ``i``'s slot, radius, mass, potential (own shell removed; into ``phi_oo``),
-    specific energy and angular momentum, as :func:`_orbit_block` computes them."""
+def _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, gidx, m, vr,
+                   vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo, tp, tk):
+    """Row ``i``'s part of :func:`_orbit_block` before its draws: energy, angular momentum and
+    turning points (into ``tp``: rmin, dq_min, dq_max, E, J; ``tk``: kmin, kmax; the
+    apocentre into ``r_apo``), and its status (escapers' outputs written here)."""
+    if status[i] == ORBIT_REMOVED:
+        return
     s = gidx[i]
     rs = r_all[s]
     ms = m[i]
     pot = phi_all[s] + ms / rs
     e = pot + 0.5 * (vr[i] * vr[i] + vt[i] * vt[i])
+    jang = rs * vt[i]
     phi_oo[i] = pot
-    return s, rs, ms, pot, e, rs * vt[i]
-
-
-@njit(cache=True, inline="always")
-def _orbit_turned(i, rs, pot, e, jang, turning, r_tidal, r_new, phi_on, status, r_apo, tp, tk):
-    """Row ``i``'s status from its turning points (``turning``, as :func:`_turning_points_lv`
-    returns them): an escaper's outputs, or the turning points kept for the draws (``tp``:
-    rmin, dq_min, dq_max, E, J; ``tk``: kmin, kmax; the apocentre into ``r_apo``)."""
-    rmin, rmax, kmin, kmax, dqmin, dqmax = turning
+    rmin, rmax, kmin, kmax, dqmin, dqmax = _turning_points_lv(
+        r_all, phi_all, mcum_all, s, ms, e, jang, lev_r, lev_phi, offsets, shifts)
     r_apo[i] = rmax
     if not math.isfinite(rmax):
         status[i] = ORBIT_ESCAPED_UNBOUND
@@ -590,37 +543,6 @@ def _orbit_turned(i, rs, pot, e, jang, turning, r_tidal, r_new, phi_on, status, 
     tp[4] = jang
     tk[0] = kmin
     tk[1] = kmax
-
-
-@njit(cache=True, inline="always")
-def _orbit_turning_rows(i0, i1, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
-                        gidx, m, vr, vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo, tp, tk):
-    """The part of :func:`_orbit_block` before the draws for rows ``i0 .. i1 - 1`` (results
-    by row - ``i0`` in ``tp``, ``tk``): two rows at a time, their searches side by side
-    (:func:`_turning_intervals_pair`); a row next to a removed one alone."""
-    i = i0
-    while i < i1:
-        if status[i] == ORBIT_REMOVED:
-            i += 1
-            continue
-        sa, rsa, ma, pota, ea, ja = _orbit_energy(i, r_all, phi_all, gidx, m, vr, vt, phi_oo)
-        if i + 1 < i1 and status[i + 1] != ORBIT_REMOVED:
-            sb, rsb, mb, potb, eb, jb = _orbit_energy(i + 1, r_all, phi_all, gidx, m, vr, vt,
-                                                      phi_oo)
-            kmin_a, kmax_a, kmin_b, kmax_b = _turning_intervals_pair(
-                sa, ea, ma, ja, sb, eb, mb, jb, r_all, phi_all, lev_r, lev_phi, offsets, shifts)
-            _orbit_turned(i, rsa, pota, ea, ja, _turning_roots(
-                kmin_a, kmax_a, r_all, phi_all, mcum_all, sa, ma, ea, ja), r_tidal, r_new,
-                phi_on, status, r_apo, tp[i - i0], tk[i - i0])
-            _orbit_turned(i + 1, rsb, potb, eb, jb, _turning_roots(
-                kmin_b, kmax_b, r_all, phi_all, mcum_all, sb, mb, eb, jb), r_tidal, r_new,
-                phi_on, status, r_apo, tp[i + 1 - i0], tk[i + 1 - i0])
-            i += 2
-        else:
-            _orbit_turned(i, rsa, pota, ea, ja, _turning_points_lv(
-                r_all, phi_all, mcum_all, sa, ma, ea, ja, lev_r, lev_phi, offsets, shifts),
-                r_tidal, r_new, phi_on, status, r_apo, tp[i - i0], tk[i - i0])
-            i += 1
 
 
 #: Blocks a lane of the draws moves on by: the kernel's two lanes take a group's even and odd
@@ -652,7 +574,7 @@ def _orbit_lane_step(ints, floats, z, r, phi, mcum, lut, lut_lo, lut_inv, gidx, 
     ``ints`` = (block, next row, end row, in a star, row, slot, kmin, hi_idx, trials,
     violations); ``floats`` = (m, r_s, E, J^2, J, rmin, rmax, width, ea, eb, the block's
     trials, its violations); ``z``: the block's stream state in registers (written back when
-    the block closes).  ``tp``, ``tk``: :func:`_orbit_turning_rows`' results by row - ``i0``.
+    the block closes).  ``tp``, ``tk``: :func:`_orbit_turning`'s results by row - ``i0``.
     Returns the lane's new state and whether it still has work.
     """
     blk, i, end, in_star, row, s, kmin, hi, trials, viol = ints
