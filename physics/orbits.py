@@ -484,9 +484,18 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
             b1 = min(nblocks, (g + 1) * ORBIT_GROUP)
             i0 = block_start[b0]
             for i in range(i0, block_start[b1]):
-                _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
-                               gidx, m, vr, vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo,
-                               tp[lane, i - i0], tk[lane, i - i0])
+                ok, rmin, rmax, kmin, kmax, dqmin, dqmax, e, jang = _orbit_turning(
+                    i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, gidx, m, vr,
+                    vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo)
+                if ok:
+                    k = i - i0
+                    tp[lane, k, 0] = rmin
+                    tp[lane, k, 1] = dqmin
+                    tp[lane, k, 2] = dqmax
+                    tp[lane, k, 3] = e
+                    tp[lane, k, 4] = jang
+                    tk[lane, k, 0] = kmin
+                    tk[lane, k, 1] = kmax
             # the draws: two lanes, the group's even and odd blocks, one trial of each in
             # turn, so that the two independent chains of dependent operations overlap
             tpl = tp[lane]
@@ -509,12 +518,12 @@ def new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, 
 
 @njit(cache=True, inline="always")
 def _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, gidx, m, vr,
-                   vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo, tp, tk):
-    """Row ``i``'s part of :func:`_orbit_block` before its draws: energy, angular momentum and
-    turning points (into ``tp``: rmin, dq_min, dq_max, E, J; ``tk``: kmin, kmax; the
-    apocentre into ``r_apo``), and its status (escapers' outputs written here)."""
+                   vt, r_tidal, r_new, phi_oo, phi_on, status, r_apo):
+    """Row ``i``'s work before its draws (:func:`_orbit_block` and the CPU kernel's first
+    phase): energy, angular momentum and turning points, its status, and an escaper's outputs.
+    Returns (to be drawn, rmin, rmax, kmin, kmax, dq_min, dq_max, E, J)."""
     if status[i] == ORBIT_REMOVED:
-        return
+        return False, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0
     s = gidx[i]
     rs = r_all[s]
     ms = m[i]
@@ -525,24 +534,19 @@ def _orbit_turning(i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
     rmin, rmax, kmin, kmax, dqmin, dqmax = _turning_points_lv(
         r_all, phi_all, mcum_all, s, ms, e, jang, lev_r, lev_phi, offsets, shifts)
     r_apo[i] = rmax
+    ok = True
     if not math.isfinite(rmax):
         status[i] = ORBIT_ESCAPED_UNBOUND
-        r_new[i] = rs
-        phi_on[i] = pot
-        return
-    if r_tidal > 0.0 and rmax > r_tidal:
+        ok = False
+    elif r_tidal > 0.0 and rmax > r_tidal:
         status[i] = ORBIT_ESCAPED_TIDAL
+        ok = False
+    else:
+        status[i] = ORBIT_OK
+    if not ok:
         r_new[i] = rs
         phi_on[i] = pot
-        return
-    status[i] = ORBIT_OK
-    tp[0] = rmin
-    tp[1] = dqmin
-    tp[2] = dqmax
-    tp[3] = e
-    tp[4] = jang
-    tk[0] = kmin
-    tk[1] = kmax
+    return ok, rmin, rmax, kmin, kmax, dqmin, dqmax, e, jang
 
 
 #: Blocks a lane of the draws moves on by: the kernel's two lanes take a group's even and odd
@@ -713,32 +717,14 @@ def _orbit_block(blk, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts,
     tr = 0.0
     viol = 0.0
     for i in range(i0, i1):
-        if status[i] == ORBIT_REMOVED:
+        ok, rmin, rmax, kmin, kmax, dqmin, dqmax, e, jang = _orbit_turning(
+            i, r_all, phi_all, mcum_all, lev_r, lev_phi, offsets, shifts, gidx, m, vr, vt,
+            r_tidal, r_new, phi_oo, phi_on, status, r_apo)
+        if not ok:
             continue
-        s = gidx[i]
-        rs = r_all[s]
-        ms = m[i]
-        pot = phi_all[s] + ms / rs
-        e = pot + 0.5 * (vr[i] * vr[i] + vt[i] * vt[i])
-        jang = rs * vt[i]
-        phi_oo[i] = pot
-        rmin, rmax, kmin, kmax, dqmin, dqmax = _turning_points_lv(
-            r_all, phi_all, mcum_all, s, ms, e, jang, lev_r, lev_phi, offsets, shifts)
-        r_apo[i] = rmax
-        if not math.isfinite(rmax):
-            status[i] = ORBIT_ESCAPED_UNBOUND
-            r_new[i] = rs
-            phi_on[i] = pot
-            continue
-        if r_tidal > 0.0 and rmax > r_tidal:
-            status[i] = ORBIT_ESCAPED_TIDAL
-            r_new[i] = rs
-            phi_on[i] = pot
-            continue
-        status[i] = ORBIT_OK
         x, vr_i, vt_i, phi_x, trials, violations = _sample_one(
-            states, blk, r_all, phi_all, mcum_all, s, ms, e, jang, rmin, rmax, kmin, kmax,
-            dqmin, dqmax, lut, lut_lo, lut_inv)
+            states, blk, r_all, phi_all, mcum_all, gidx[i], m[i], e, jang, rmin, rmax, kmin,
+            kmax, dqmin, dqmax, lut, lut_lo, lut_inv)
         r_new[i] = x
         vr_new[i] = vr_i
         vt_new[i] = vt_i

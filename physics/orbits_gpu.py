@@ -67,7 +67,8 @@ DEVICE_FUNCTIONS = {
     "physics.potential": ("_log_scale", "_count_at_most", "locate_radius"),
     "physics.orbits": ("_interval_coeffs", "_turning_predicate", "_count_true", "_bisect_true",
                        "_narrow", "_checked", "_level_search", "_turning_intervals",
-                       "_turning_points_lv", "_interval_lut", "_sample_one", "_orbit_block"),
+                       "_turning_points_lv", "_interval_lut", "_sample_one", "_orbit_turning",
+                       "_orbit_block"),
 }
 
 
