@@ -83,7 +83,6 @@ from physics.potential import (
     compute_potential_into,
     potential_at_points,
     potential_at_sorted_radii,
-    potential_energy,
     radius_lookup_entries,
     radius_lookup_scale,
 )
@@ -97,6 +96,7 @@ from physics.relaxation import (
     window_relaxation_times,
 )
 from physics.structure import core_from_sums, core_sums, lagrange_mean_masses, lagrange_radii
+from physics.sums import kinetic_energy, potential_energy_sum
 from physics.tidal import (
     mutual_energy,
     shell_potential,
@@ -1161,22 +1161,24 @@ class Simulation:
         too), so these passes over all N divide by the number of ranks instead of being
         repeated by every rank; one segment gives the bits of the whole-array functions
         (:func:`physics.potential.potential_energy`,
-        :func:`physics.structure.core_properties`).
+        :func:`physics.structure.core_properties`), on any number of threads
+        (:mod:`physics.sums`).
         """
         bounds = self._star_segments()
         out = np.zeros((bounds.size - 1, STRUCTURE_SUMS))
         r_h = self._half_mass_radius() if self.n_total else 0.0
         for j, first in enumerate(self._segment_offsets()):
             a, b = int(first), int(first) + int(bounds[j + 1] - bounds[j])
-            out[j, 0] = potential_energy(self.r_all[a:b], self.m_all[a:b], self.phi_all[a:b])
+            out[j, 0] = potential_energy_sum(self.r_all, self.m_all, self.phi_all, a, b)
             out[j, 1:] = core_sums(self.r_all, self.m_all, r_h, a, b)
         return out
 
     def _kinetic(self) -> np.ndarray:
-        """Each segment's (:meth:`_star_segments`) kinetic energy, shape (S,)."""
+        """Each segment's (:meth:`_star_segments`) kinetic energy, shape (S,): the bits of
+        ``0.5 * np.sum(m * (vr**2 + vt**2))``, threaded (:func:`physics.sums.kinetic_energy`)."""
         s = self.stars
         bounds = self._star_segments()
-        return np.array([0.5 * float(np.sum(s.m[a:b] * (s.vr[a:b] ** 2 + s.vt[a:b] ** 2)))
+        return np.array([kinetic_energy(s.m, s.vr, s.vt, int(a), int(b))
                          for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
     def diagnostics(self, record: bool = True, extra: dict | None = None,

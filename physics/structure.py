@@ -16,9 +16,9 @@ N_core, so that the C code's core-collapse criterion N_core <= 100 means the sam
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
-CH_NEIGHBOURS = 6
+CH_NEIGHBOURS = 6  # (_ch_interior spells out its five masses)
 #: The C code's density normalisation (4/5 bias correction times 2).
 RHO_FACTOR = 1.6
 
@@ -79,6 +79,38 @@ def lagrange_mean_masses(m: np.ndarray, fractions: np.ndarray,
     return mcum[idx] / (idx + 1)
 
 
+@njit(cache=True, inline="always")
+def _ch_density(r, m, i, n, h):
+    """Casertano-Hut density at star ``i`` of sorted ``r``, ``m`` (``n`` stars, ``h``
+    neighbours each side) and whether its shell has a volume."""
+    lo = i - h
+    hi = i + h
+    if hi > n - 1:
+        hi = n - 1
+        lo = hi - 2 * h
+    r_in = r[lo] if lo >= 0 else 0.0
+    mass = 0.0
+    for k in range(max(lo + 1, 0), hi):
+        mass += m[k]
+    vol = 4.0 / 3.0 * np.pi * (r[hi] ** 3 - r_in ** 3)
+    if vol > 0.0:
+        return mass / vol, True
+    return 0.0, False
+
+
+@njit(cache=True, parallel=True)
+def _ch_interior(r_in, r_out, m0, m1, m2, m3, m4, rho, has):
+    """:func:`_ch_density` of stars whose shell lies inside the array (``CH_NEIGHBOURS`` = 6):
+    the views are the inner and outer radii and the five masses of each star, so the loop
+    has no branch and no index that could be negative (it vectorises)."""
+    for j in prange(rho.shape[0]):
+        mass = 0.0 + m0[j] + m1[j] + m2[j] + m3[j] + m4[j]
+        vol = 4.0 / 3.0 * np.pi * (r_out[j] ** 3 - r_in[j] ** 3)
+        ok = vol > 0.0
+        rho[j] = mass / vol if ok else 0.0
+        has[j] = ok
+
+
 @njit(cache=True)
 def core_sums(r, m, r_half, i0, i1):
     """Casertano-Hut partial sums over the stars ``i0 .. i1 - 1`` that lie inside ``r_half``.
@@ -86,6 +118,9 @@ def core_sums(r, m, r_half, i0, i1):
     The density of star ``i`` needs its ``CH_NEIGHBOURS / 2`` radial neighbours on each side,
     which the replicated arrays hold whatever the range, so each rank sums its own stars
     (``r``, ``m``: all stars, sorted).  :func:`core_from_sums` turns the totals into the core.
+    The densities are computed first (on the threads, the interior without branches), then
+    added in star order: the bits of :func:`core_sums_serial` (its twin) for any thread
+    count.
 
     Returns
     -------
@@ -93,6 +128,51 @@ def core_sums(r, m, r_half, i0, i1):
         ``sum rho_i``, ``sum rho_i^2``, ``sum rho_i r_i``, ``sum rho_i m_i``; zeros with fewer
         than ``CH_NEIGHBOURS + 1`` stars.
     """
+    n = r.shape[0]
+    h = CH_NEIGHBOURS // 2
+    out = np.zeros(4)
+    if n < CH_NEIGHBOURS + 1:
+        return out
+    a = max(i0, 0)
+    b = min(i1, n)
+    if b <= a:
+        return out
+    # the serial loop stops at the first star outside r_half: r is sorted
+    b = a + np.searchsorted(r[a:b], r_half, side="right")
+    rho = np.empty(max(b - a, 0))
+    has = np.empty(max(b - a, 0), dtype=np.bool_)
+    # stars with all neighbours on both sides: straight-line code over shifted views
+    c = max(a, h)
+    d = max(min(b, n - h), c)
+    if d > c:
+        _ch_interior(r[c - h:d - h], r[c + h:d + h], m[c - 2:d - 2], m[c - 1:d - 1],
+                     m[c:d], m[c + 1:d + 1], m[c + 2:d + 2], rho[c - a:d - a],
+                     has[c - a:d - a])
+    for i in range(a, c):
+        rho[i - a], has[i - a] = _ch_density(r, m, i, n, h)
+    for i in range(d, b):
+        rho[i - a], has[i - a] = _ch_density(r, m, i, n, h)
+    s_rho = 0.0
+    s_rho2 = 0.0
+    s_rhor = 0.0
+    s_rhom = 0.0
+    for j in range(b - a):
+        if has[j]:
+            x = rho[j]
+            s_rho += x
+            s_rho2 += x * x
+            s_rhor += x * r[a + j]
+            s_rhom += x * m[a + j]
+    out[0] = s_rho
+    out[1] = s_rho2
+    out[2] = s_rhor
+    out[3] = s_rhom
+    return out
+
+
+@njit(cache=True)
+def core_sums_serial(r, m, r_half, i0, i1):
+    """Reference twin of :func:`core_sums`: one loop over the stars, summing as it goes."""
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
     out = np.zeros(4)

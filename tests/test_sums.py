@@ -1,0 +1,95 @@
+"""The threaded diagnostics sums against numpy and their serial twins, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+SIZES = [*range(0, 140), 255, 256, 257, 1000, 4095, 4096, 4097, 8191, 8192, 8193, 16385,
+         50000, 99999, 123457, 1000003]
+
+
+@pytest.fixture
+def threads(request):
+    import numba
+
+    numba.set_num_threads(min(request.param, numba.config.NUMBA_NUM_THREADS))
+    yield numba.get_num_threads()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
+def _spread(rng, n):
+    """Values of both signs over ten decades (so that any change of order shows in the
+    bits)."""
+    return rng.standard_normal(n) * np.exp(rng.standard_normal(n) * 5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
+def test_pairwise_sum_is_numpys_sum(threads):
+    """:func:`pairwise_sum` is ``np.sum`` to the bit for every size and offset (its tree is
+    numpy's, cut into subtrees for the threads), and the recursive twin agrees."""
+    from physics.sums import pairwise_sum, pairwise_sum_reference
+
+    rng = np.random.default_rng(5)
+    for n in SIZES:
+        x = _spread(rng, n)
+        for lo in {0, min(3, n), n // 3}:
+            want = np.sum(x[lo:])
+            assert pairwise_sum(x, lo, n) == want, (n, lo)
+            if n - lo < 20000:
+                assert pairwise_sum_reference(x, lo, n) == want, (n, lo)
+    assert pairwise_sum(np.ones(5), 3, 2) == 0.0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
+def test_energy_sums_are_the_numpy_expressions(threads, plummer_5k):
+    """The kinetic and potential energies of a segment are the numpy expressions they
+    replace, bit for bit, on any thread count."""
+    from physics.potential import compute_potential, potential_energy
+    from physics.sums import kinetic_energy, potential_energy_sum
+
+    rng = np.random.default_rng(6)
+    for n in (0, 1, 7, 5000, 123457):
+        m = rng.random(n)
+        vr, vt = _spread(rng, n), _spread(rng, n)
+        r = np.sort(rng.random(n)) + 1e-3
+        phi = -rng.random(n)
+        for lo, hi in ((0, n), (n // 4, n - n // 5)):
+            s = slice(lo, hi)
+            assert kinetic_energy(m, vr, vt, lo, hi) == \
+                0.5 * float(np.sum(m[s] * (vr[s] ** 2 + vt[s] ** 2)))
+            assert potential_energy_sum(r, m, phi, lo, hi) == \
+                potential_energy(r[s], m[s], phi[s])
+    st = plummer_5k
+    phi, _ = compute_potential(st["r"], st["m"])
+    w = potential_energy_sum(st["r"], st["m"], phi)
+    assert w == potential_energy(st["r"], st["m"], phi)
+    assert -0.55 < w < -0.45  # a Plummer sphere in Hénon units: W = -1/2
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
+def test_core_sums_equal_serial_twin(threads, plummer_5k):
+    """The two-phase core sums (densities on the threads, then added in order) are the one-
+    loop twin's bits: whole arrays and segments, shells of zero volume (equal radii), tiny
+    arrays (no interior star), ranges reaching past both ends, radii beyond every star."""
+    from physics.structure import core_sums, core_sums_serial
+
+    rng = np.random.default_rng(2)
+    cases = [(plummer_5k["r"], plummer_5k["m"])]
+    for n in (0, 5, 6, 7, 8, 9, 13, 1000):
+        r = np.sort(rng.random(n) ** 2)
+        if n > 10:
+            r[3] = r[4]
+            r[5:9] = r[5]
+            r[-4:] = r[-1]
+        cases.append((r, rng.random(n)))
+    for r, m in cases:
+        n = r.size
+        for rh in (0.0, float(np.median(r)) if n else 0.3, 1e9):
+            for i0, i1 in ((0, n), (3, n // 2), (n // 3, n), (n, n), (-5, n + 5), (n - 2, n)):
+                want = core_sums_serial(r, m, rh, i0, i1)
+                np.testing.assert_array_equal(core_sums(r, m, rh, i0, i1), want,
+                                              err_msg=f"{n} {rh} {i0} {i1}")
+    # the zero-volume shells were skipped, not summed as infinities
+    r, m = cases[-1]
+    assert np.isfinite(core_sums(r, m, 1e9, 0, r.size)).all()
