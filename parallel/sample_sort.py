@@ -95,10 +95,17 @@ def _fields_error(fields: Any, key: str | None = None, tiebreak: str | None = No
         if err:
             return err
         # the rows' keys only when some key is NaN (the dropped rows' may be anything)
-        if np.issubdtype(k.dtype, np.floating) and np.isnan(k).any() and (
+        if np.issubdtype(k.dtype, np.floating) and _key_has_nan(k) and (
                 rows is None or np.isnan(k[rows]).any()):
             return f"key field {key!r} contains NaN"
     return None
+
+
+def _key_has_nan(k: np.ndarray) -> bool:
+    """Whether a float key holds a NaN (compiled for 1-d float64, the step's radii)."""
+    if k.ndim == 1 and k.dtype == np.float64:
+        return bool(_any_nan(np.ascontiguousarray(k)))
+    return bool(np.isnan(k).any())
 
 
 def _record_dtype(fields: Mapping[str, np.ndarray]) -> np.dtype:
@@ -427,9 +434,27 @@ def _partition(key, split):
     arrive in random order, so every data-dependent branch here would mispredict half the
     time: the range is a sum of comparisons, and with few ranges each is filled by a pass that
     writes every index and advances only on a member (0.79 -> 0.2 ms for 1e5 keys, 2 ranges).
+    Two ranges take one counting pass, then one pass that sends each key to one of two
+    counters by a select (0.13 ms).
     """
     t = split.shape[0] + 1
     n = key.shape[0]
+    if t == 2:  # (two threads) count, then each key to one of two counters, a select
+        s = split[0]
+        c0 = 0
+        for i in range(n):
+            x = key[i]
+            c0 += not (s <= x or x != x)
+        perm = np.empty(n, dtype=np.int64)
+        p0 = 0
+        p1 = c0
+        for i in range(n):
+            x = key[i]
+            g = np.int64(s <= x or x != x)
+            perm[p1 if g else p0] = i
+            p0 += 1 - g
+            p1 += g
+        return perm, np.array([0, c0, n], dtype=np.int64)
     grp = np.empty(n, dtype=np.int64)
     for i in range(n):
         x = key[i]
@@ -656,11 +681,30 @@ def _serial_order(
     return _order_ties(key, tiebreak, order, take)
 
 
+@njit(cache=True, nogil=True)
+def _any_adjacent_equal(key, order):
+    """Whether ``key[order]`` holds two equal neighbours (one pass, no temporaries: 0.08 ms
+    for 1e5 keys against 0.27 for numpy's gather and compare; a threaded version of this
+    and of the scans below compiled to slower code than one thread)."""
+    found = False
+    if order.shape[0] == 0:
+        return found
+    prev = key[order[0]]
+    for i in range(1, order.shape[0]):
+        cur = key[order[i]]
+        found |= cur == prev
+        prev = cur
+    return found
+
+
 def _order_ties(key: np.ndarray, tiebreak: np.ndarray, order: np.ndarray, take) -> np.ndarray:
     """``order`` (a stable order of ``key``) with each run of equal keys ordered by
     ``tiebreak`` (``take(a, idx)`` is ``a[idx]``)."""
     if key.size < 2:
         return order
+    if key.ndim == 1 and key.dtype.kind in "iuf" and not _any_adjacent_equal(
+            np.ascontiguousarray(key), np.ascontiguousarray(order)):
+        return order  # (the common case: float radii do not tie)
     ks = take(key, order)
     eq = ks[1:] == ks[:-1]
     if not eq.any():
@@ -754,6 +798,24 @@ def _merge_positions(keys, tbs, starts):
     return where
 
 
+@njit(cache=True, nogil=True)
+def _increasing(a):
+    """Whether ``a`` increases strictly (one vectorised pass: half numpy's time)."""
+    bad = False
+    for i in range(a.shape[0] - 1):
+        bad |= a[i + 1] <= a[i]
+    return not bad
+
+
+@njit(cache=True, nogil=True)
+def _any_nan(a):
+    """Whether ``a`` holds a NaN (one vectorised pass, no temporary)."""
+    found = False
+    for i in range(a.shape[0]):
+        found |= a[i] != a[i]
+    return found
+
+
 def _rows_error(rows: np.ndarray | None, n: int) -> str | None:
     """Why ``rows`` cannot select among ``n`` rows, or None."""
     if rows is None:
@@ -761,7 +823,7 @@ def _rows_error(rows: np.ndarray | None, n: int) -> str | None:
     if rows.ndim != 1 or rows.dtype.kind not in "iu":
         return "rows must be a 1-d integer array"
     # increasing, so its ends bound it: one pass over the rows (this runs every step)
-    if rows.size and (rows[0] < 0 or rows[-1] >= n or np.any(rows[1:] <= rows[:-1])):
+    if rows.size and (rows[0] < 0 or rows[-1] >= n or not _increasing(rows)):
         return f"rows must be increasing indices in [0, {n})"
     return None
 
@@ -786,15 +848,23 @@ def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
 
 
 def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,
-                   rows: np.ndarray | None = None) -> Fields:
-    """Serial path: sort every array of ``fields`` (its ``rows`` only) by ``(key, tiebreak)``."""
+                   rows: np.ndarray | None = None, share_uniform: bool = False) -> Fields:
+    """Serial path: sort every array of ``fields`` (its ``rows`` only) by ``(key, tiebreak)``;
+    ``share_uniform``: see :func:`parallel_sort`."""
     err = _fields_error(fields, key, tiebreak, rows)
     if err:
         raise ValueError(err)
     order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
     # a column holding one value needs no permutation: its random reads are a sort's cost
     same = _uniform_fields(fields, key, tiebreak)
-    return {name: _filled(arr.dtype, order.size, same[name]) if name in same
+
+    def uniform(arr: np.ndarray, value: bytes) -> np.ndarray:
+        if share_uniform and arr.ndim == 1 and arr.flags.c_contiguous \
+                and arr.shape[0] >= order.size:
+            return arr[:order.size]  # every element is the value: any prefix is the column
+        return _filled(arr.dtype, order.size, value)
+
+    return {name: uniform(arr, same[name]) if name in same
             else gather_rows(arr, order) for name, arr in fields.items()}
 
 
@@ -1213,6 +1283,7 @@ def parallel_sort(
     sample_size: int | None = None,
     chunk: int = MIN_CHUNK,
     rows: np.ndarray | None = None,
+    share_uniform: bool = False,
 ) -> Fields:
     """Sort star records globally and leave them in the block decomposition.
 
@@ -1235,6 +1306,11 @@ def parallel_sort(
     rows : numpy.ndarray of int, optional
         Increasing indices of the local stars to keep (default all): the others are dropped
         (escapers), without a copy of every field before the sort.
+    share_uniform : bool, optional
+        On one rank, a column whose values are all the same (bit for bit) may come back as a
+        view of the input column (a prefix of it) instead of a new array: for a caller that
+        drops its input (the step's sort of the star table), 0.2 ms per step at N = 1e5
+        saved.  Writing into such a column writes into the input.
 
     Returns
     -------
@@ -1249,5 +1325,5 @@ def parallel_sort(
     """
     _check_params(sample_size, chunk)
     if comm.Get_size() == 1:
-        return _sorted_fields(fields, key, tiebreak, rows)
+        return _sorted_fields(fields, key, tiebreak, rows, share_uniform)
     return _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows, chunk)

@@ -393,8 +393,12 @@ def test_uniform_value_is_bitwise():
     assert uniform_value(np.full(7, -1, dtype=np.int64)) == np.int64(-1).tobytes()
     assert uniform_value(np.ones(3, dtype=np.int32)) == np.int32(1).tobytes()
     assert uniform_value(np.zeros(5, dtype=bool)) == b"\x00"
+    assert uniform_value(np.full(100_003, 7, dtype=np.int8)) == b"\x07"
     for n, at in ((1000, 999), (1000, 256), (1000, 1), (300, 255), (512, 511), (100, 99),
-                  (2, 1)):  # last, chunk edges, the remainder
+                  (2, 1),  # last, chunk edges, the remainder
+                  # the threads' shares (16384 words each) and their edges
+                  (100_003, 16_383), (100_003, 16_384), (100_003, 50_000), (100_003, 99_999),
+                  (100_003, 100_002)):
         a = np.full(n, 0.5)
         a[at] = 0.5000000000000001
         assert uniform_value(a) is None, (n, at)
@@ -476,16 +480,42 @@ def test_local_order_threads(threads, case):
     assert np.array_equal(got, expect)
 
 
+def test_sort_scans_equal_numpy():
+    """The sort's compiled scans are the numpy expressions they replace, with the hit first,
+    in the middle and last: strictly increasing rows, NaN keys, equal neighbours in sorted
+    order (the test for ties)."""
+    from parallel.sample_sort import _any_adjacent_equal, _any_nan, _increasing
+
+    rng = np.random.default_rng(9)
+    for n in (0, 1, 2, 1000, 50_001):
+        key = rng.random(n)
+        assert _increasing(np.arange(n)) and _increasing(np.sort(key)) == (n < 2 or bool(
+            np.all(np.diff(np.sort(key)) > 0)))
+        assert not _any_nan(key)
+        srt = np.argsort(key)
+        assert not _any_adjacent_equal(key, srt)
+        for at in {0, n // 2, n - 1} if n >= 2 else ():
+            a = np.arange(n)
+            a[at] = a[at - 1] if at else a[1]
+            assert not _increasing(a)
+            k = key.copy()
+            k[at] = np.nan
+            assert _any_nan(k)
+            k = key.copy()
+            k[srt[at]] = k[srt[at - 1]] if at else k[srt[1]]
+            assert _any_adjacent_equal(k, srt)
+
+
 @pytest.mark.parametrize("ranges", [1, 2, 3, 8, 9, 17])
 def test_partition_matches_searchsorted(ranges):
     """The threaded sort's stable partition (branch-free up to 8 ranges, counted above) equals
     numpy's searchsorted(side="right") followed by a stable argsort, NaN keys and ties
-    included."""
+    included (two ranges, the select path; up to 8, branch-free passes; more, counted)."""
     from parallel.sample_sort import _BRANCH_FREE_RANGES, _partition
 
-    assert 8 == _BRANCH_FREE_RANGES  # the cases cover both paths
+    assert 8 == _BRANCH_FREE_RANGES  # the cases cover every path
     rng = np.random.default_rng(ranges)
-    for n in (0, 1, 997, 5000):
+    for n in (0, 1, 997, 5000, 16384, 40_000):
         key = np.round(rng.random(n) * 20) / 2
         key[rng.random(n) < 0.01] = np.nan
         finite = key[~np.isnan(key)]
