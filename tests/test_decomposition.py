@@ -480,6 +480,28 @@ def test_local_order_threads(threads, case):
     assert np.array_equal(got, expect)
 
 
+def test_share_uniform_returns_views_with_the_same_values():
+    """``share_uniform``: one process's sort returns a one-value column as a prefix of the
+    input's (no new array), with the values of the copying path; other columns, and the
+    default, are new arrays."""
+    from parallel.comm import SerialComm
+    from parallel.sample_sort import parallel_sort
+
+    rng = np.random.default_rng(4)
+    n = 5000
+    fields = {"r": rng.random(n), "id": rng.permutation(n).astype(np.int64),
+              "m": np.full(n, 0.25), "kind": np.full(n, 3, dtype=np.int32)}
+    rows = np.flatnonzero(rng.random(n) > 0.01)
+    plain = parallel_sort(SerialComm(), fields, rows=rows)
+    shared = parallel_sort(SerialComm(), fields, rows=rows, share_uniform=True)
+    for name in fields:
+        assert np.array_equal(plain[name], shared[name]) and plain[name].size == rows.size
+        assert not np.shares_memory(plain[name], fields[name])
+    assert np.shares_memory(shared["m"], fields["m"])
+    assert np.shares_memory(shared["kind"], fields["kind"])
+    assert not np.shares_memory(shared["r"], fields["r"])
+
+
 def test_sort_scans_equal_numpy():
     """The sort's compiled scans are the numpy expressions they replace, with the hit first,
     in the middle and last: strictly increasing rows, NaN keys, equal neighbours in sorted
