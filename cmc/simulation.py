@@ -541,7 +541,8 @@ class Simulation:
         # unbound objects leave before the orbits are drawn (collective); their rows stay,
         # marked ORBIT_REMOVED: the orbit kernel skips them and the sort drops them
         status = np.zeros(n, dtype=np.int8)
-        pre = self._remove_unbound(gidx, status, block_start[seg_blocks])
+        pre = self._remove_unbound(gidx, status, block_start[seg_blocks],
+                                   own_slots=slots is None)
         t3, t2 = time.perf_counter(), t3
         self.timers["potential"] += t3 - t2
         # 4. new orbits
@@ -949,7 +950,7 @@ class Simulation:
         return allgatherv_array(self.comm, mine)
 
     def _remove_unbound(self, gidx: np.ndarray, status: np.ndarray,
-                        row_bounds: np.ndarray) -> np.ndarray:
+                        row_bounds: np.ndarray, own_slots: bool = False) -> np.ndarray:
         """Remove the objects with ``phi_s + v^2/2 >= 0`` before the orbits are drawn.
 
         Each takes ``m (phi_s + v^2/2)`` (``phi_s`` the potential of all other shells at its
@@ -971,15 +972,17 @@ class Simulation:
 
         Returns (energy, mass, number, binding energy) of the objects removed from the rows of
         each segment (``row_bounds``, :meth:`_block_segments` in rows), shape (S, 4).
+        ``own_slots``: every row is its own slot (``gidx`` is ``offset + row``, no strong
+        encounters this step), so a removed row's slot is left empty.
         """
         s = self.stars
         e_spec = specific_energies(self.r_all, self.phi_all, gidx, s.m, s.vr, s.vt)
-        unbound = e_spec >= 0.0
+        # the few rows by index (a mask would cost a pass over all rows per use)
+        rows = np.flatnonzero(e_spec >= 0.0)
         out = np.zeros((row_bounds.size - 1, 4))
         slots = np.zeros(0, dtype=np.int64)
         mass = np.zeros(0)
-        if unbound.any():
-            rows = np.flatnonzero(unbound)
+        if rows.size:
             cut = np.searchsorted(rows, row_bounds)
             for j in range(row_bounds.size - 1):
                 mine = rows[cut[j]:cut[j + 1]]
@@ -988,13 +991,17 @@ class Simulation:
                     sel[mine] = True
                     out[j] = (float(np.sum(s.m[mine] * e_spec[mine])),
                               float(np.sum(s.m[mine])), mine.size, self._binding(s, sel))
-            self._note_escapers(s.take(unbound).as_dict(), self.r_all[gidx[unbound]],
-                                e_spec[unbound], ESCAPE_UNBOUND)
-            status[unbound] = ORBIT_REMOVED
-            slots = np.unique(gidx[unbound])
-            # the mass left at each freed slot: the other rows there (products share slots)
-            mass = enc.slot_masses(slots, gidx, s.m, skip=unbound)
-        gone, _ = self._update_slot_masses(slots, mass, gidx[unbound], s.m[unbound])
+            self._note_escapers(s.take(rows).as_dict(), self.r_all[gidx[rows]],
+                                e_spec[rows], ESCAPE_UNBOUND)
+            status[rows] = ORBIT_REMOVED
+            slots = np.unique(gidx[rows])
+            if own_slots:  # nothing else at a removed row's slot
+                mass = np.zeros(slots.size)
+            else:  # the mass left at each freed slot: the other rows there (products share)
+                unbound = np.zeros(s.n, dtype=bool)
+                unbound[rows] = True
+                mass = enc.slot_masses(slots, gidx, s.m, skip=unbound)
+        gone, _ = self._update_slot_masses(slots, mass, gidx[rows], s.m[rows])
         if gone.shape[0] > 1 and self.rank == 0:
             out[0, 0] -= float(mutual_energy(*self._shells(gone)))
         return out

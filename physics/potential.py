@@ -335,6 +335,28 @@ def radius_lookup_entries(r: np.ndarray, per_bucket: int, a: int, b: int) -> np.
     return out
 
 
+@njit(cache=True, parallel=True)
+def radius_lookup_table_threaded(r: np.ndarray, per_bucket: int, segments: int):
+    """:func:`radius_lookup_table` built by ``segments`` consecutive segments of the stars on
+    the threads, each writing its own entries (:func:`radius_lookup_entries`: the segments'
+    entries in order are the whole table, the same values whatever the cut)."""
+    n = r.shape[0]
+    nb = max(1, n // per_bucket)
+    if n == 0:
+        return np.zeros(3, dtype=np.int64), 0.0, 1.0
+    lo, inv = _lookup_scale(r, nb)
+    out = np.empty(nb + 2, dtype=np.int64)
+    k_max = max(1, segments)
+    for k in prange(k_max):
+        a = n * k // k_max
+        b = n * (k + 1) // k_max
+        if b > a:
+            j0 = 0 if a == 0 else _lookup_bucket(r[a - 1], lo, inv, nb) + 1
+            ent = radius_lookup_entries(r, per_bucket, a, b)
+            out[j0:j0 + ent.shape[0]] = ent
+    return out, lo, inv
+
+
 @njit(cache=True, inline="always")
 def locate_radius(x, r, lut, f0, inv_width):
     """Number of stars with ``r <= x``, same as :func:`enclosing_index`, via the table."""

@@ -51,20 +51,29 @@ def local_number_density(r_all, g, n0, p=DENSITY_NEIGHBOURS):
     return count / (vol * n0)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def block_moments(m, vr, vt, n0):
     """Per 20-star block of the local stars: (number of stars, sum m' v^2, sum m'^2, sum m'),
-    ``m' = N0 m``."""
+    ``m' = N0 m`` (blocks on the threads, each summed in row order from 0.0: the same bits on
+    any thread count)."""
     n = m.shape[0]
     nb = (n + BIN - 1) // BIN
-    out = np.zeros((nb, 4))
-    for b in range(nb):
+    out = np.empty((nb, 4))
+    for b in prange(nb):
+        c = 0.0
+        s1 = 0.0
+        s2 = 0.0
+        s3 = 0.0
         for i in range(b * BIN, min(n, (b + 1) * BIN)):
             mm = m[i] * n0
-            out[b, 0] += 1.0
-            out[b, 1] += mm * (vr[i] * vr[i] + vt[i] * vt[i])
-            out[b, 2] += mm * mm
-            out[b, 3] += mm
+            c += 1.0
+            s1 += mm * (vr[i] * vr[i] + vt[i] * vt[i])
+            s2 += mm * mm
+            s3 += mm
+        out[b, 0] = c
+        out[b, 1] = s1
+        out[b, 2] = s2
+        out[b, 3] = s3
     return out
 
 

@@ -138,3 +138,31 @@ def test_window_minimum_from_rank_segments_is_the_whole_arrays(plummer_5k, width
     empty = np.zeros((0, 4))
     assert window_min_inside(r, empty, 0, 0, n0, 0.9, width) == np.inf
     assert window_min_straddling(r, np.zeros((0, 5)), n0, 0.9, width) == np.inf
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_block_moments_equal_plain_loop(threads, plummer_5k):
+    """The per-block moments (blocks on the threads) are a plain loop's sums in row order, bit
+    for bit, with a partial last block and no stars at all."""
+    import numba
+
+    from physics.relaxation import block_moments
+
+    n = 1003
+    m = plummer_5k["m"][:n] * np.linspace(0.5, 1.5, n)
+    vr, vt = plummer_5k["vr"][:n], plummer_5k["vt"][:n]
+    n0 = 5000.0
+    want = np.zeros(((n + 19) // 20, 4))
+    for i in range(n):
+        mm = float(m[i]) * n0
+        row = want[i // 20]
+        row += (1.0, 0.0, 0.0, 0.0)
+        row[1] += mm * (float(vr[i]) * float(vr[i]) + float(vt[i]) * float(vt[i]))
+        row[2] += mm * mm
+        row[3] += mm
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        np.testing.assert_array_equal(block_moments(m, vr, vt, n0), want)
+        assert block_moments(m[:0], vr[:0], vt[:0], n0).shape == (0, 4)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)

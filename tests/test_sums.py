@@ -93,3 +93,18 @@ def test_core_sums_equal_serial_twin(threads, plummer_5k):
     # the zero-volume shells were skipped, not summed as infinities
     r, m = cases[-1]
     assert np.isfinite(core_sums(r, m, 1e9, 0, r.size)).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
+def test_threaded_lookup_table_is_the_table(threads):
+    """The radius lookup table built by segments on the threads is the one-pass table, for
+    any number of segments (more than stars included) and sizes down to one star."""
+    from physics.potential import radius_lookup_table, radius_lookup_table_threaded
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 7, 100, 5000, 100_003):
+        r = np.sort(1.0 / np.sqrt(rng.random(n) ** (-2.0 / 3.0) - 1.0))
+        lut, lo, inv = radius_lookup_table(r, 4)
+        for segments in (1, 2, 3, 5, 16, 200):
+            got = radius_lookup_table_threaded(r, 4, segments)
+            assert np.array_equal(got[0], lut) and got[1:] == (lo, inv), (n, segments)
