@@ -96,7 +96,7 @@ from physics.relaxation import (
     window_relaxation_times,
 )
 from physics.structure import core_from_sums, core_sums, lagrange_mean_masses, lagrange_radii
-from physics.sums import kinetic_energy, potential_energy_sum
+from physics.sums import copy_rows, difference, kinetic_energy, potential_energy_sum
 from physics.tidal import (
     mutual_energy,
     shell_potential,
@@ -547,8 +547,10 @@ class Simulation:
         self.timers["potential"] += t3 - t2
         # 4. new orbits
         r_new = np.empty(n)
-        vr_new = stars.vr.copy()
-        vt_new = stars.vt.copy()
+        vr_new = np.empty(n)
+        vt_new = np.empty(n)
+        copy_rows(stars.vr, vr_new)
+        copy_rows(stars.vt, vt_new)
         phi_oo = np.empty(n)
         phi_on = np.empty(n)
         counters = np.zeros((nb, 2))
@@ -600,7 +602,9 @@ class Simulation:
         stars.old_index = gidx
         # the correction reads only the difference: one field travels through the sort
         # instead of two (the same bits: it computed phi_on - phi_oo first)
-        stars.dphi_old = phi_on - phi_oo
+        dphi = np.empty(n)
+        difference(phi_on, phi_oo, dphi)
+        stars.dphi_old = dphi
         stars.r = r_new
         stars.vr = vr_new
         stars.vt = vt_new

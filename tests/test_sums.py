@@ -108,3 +108,21 @@ def test_threaded_lookup_table_is_the_table(threads):
         for segments in (1, 2, 3, 5, 16, 200):
             got = radius_lookup_table_threaded(r, 4, segments)
             assert np.array_equal(got[0], lut) and got[1:] == (lo, inv), (n, segments)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
+def test_elementwise_passes_equal_numpy(threads):
+    """The step's threaded copy and difference are numpy's copy and subtraction, bit for bit
+    (NaN and -0.0 included)."""
+    from physics.sums import copy_rows, difference
+
+    rng = np.random.default_rng(8)
+    for n in (0, 1, 17, 100_003):
+        a, b = _spread(rng, n), _spread(rng, n)
+        if n > 10:
+            a[3], b[4], a[5] = np.nan, -0.0, -0.0
+        out = np.empty(n)
+        copy_rows(a, out)
+        assert np.array_equal(out.view(np.uint64), a.view(np.uint64))
+        difference(a, b, out)
+        assert np.array_equal(out.view(np.uint64), (a - b).view(np.uint64))
