@@ -172,7 +172,9 @@ def core_sums(r, m, r_half, i0, i1):
 
 @njit(cache=True)
 def core_sums_serial(r, m, r_half, i0, i1):
-    """Reference twin of :func:`core_sums`: one loop over the stars, summing as it goes."""
+    """Reference twin of :func:`core_sums`: one loop over the stars, summing as it goes, every
+    density by the general :func:`_ch_density` (the kernel's interior stars take the
+    straight-line :func:`_ch_interior`)."""
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
     out = np.zeros(4)
@@ -185,18 +187,8 @@ def core_sums_serial(r, m, r_half, i0, i1):
     for i in range(max(i0, 0), min(i1, n)):
         if r[i] > r_half:
             break
-        lo = i - h
-        hi = i + h
-        if hi > n - 1:
-            hi = n - 1
-            lo = hi - 2 * h
-        r_in = r[lo] if lo >= 0 else 0.0
-        mass = 0.0
-        for k in range(max(lo + 1, 0), hi):
-            mass += m[k]
-        vol = 4.0 / 3.0 * np.pi * (r[hi] ** 3 - r_in ** 3)
-        if vol > 0.0:
-            rho = mass / vol
+        rho, ok = _ch_density(r, m, i, n, h)
+        if ok:
             s_rho += rho
             s_rho2 += rho * rho
             s_rhor += rho * r[i]
