@@ -413,17 +413,16 @@ class Simulation:
             self.n_total = int(allreduce_sum(self.comm, np.array([self.stars.n]))[0])
             self.r_all, self.m_all, self.phi_all, self.mcum_all = self.replicas.publish(
                 self.n_total, self.stars.r, self.stars.m, compute_potential_into)
-        elif self.size == 1:  # the radii are never written in place (the step replaces
-            # stars.r): no copy (0.1-0.5 ms per step at N = 1e5, the more with two threads,
-            # whose sort left half of them in the other core's cache); the masses may be
-            # (strong encounters), so they are copied
-            self.r_all = self.stars.r
-            self.m_all = self.stars.m.copy()
-            self.n_total = self.r_all.size
-            self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
         else:
-            self.r_all = allgatherv_array(self.comm, self.stars.r)
-            self.m_all = allgatherv_array(self.comm, self.stars.m)
+            if self.size == 1:  # the radii are never written in place (the step replaces
+                # stars.r): no copy (0.1-0.5 ms per step at N = 1e5, the more with two
+                # threads, whose sort left half of them in the other core's cache); the
+                # masses may be (strong encounters), so they are copied
+                self.r_all = self.stars.r
+                self.m_all = self.stars.m.copy()
+            else:
+                self.r_all = allgatherv_array(self.comm, self.stars.r)
+                self.m_all = allgatherv_array(self.comm, self.stars.m)
             self.n_total = self.r_all.size
             need = int(block_counts(self.n_total, self.size)[self.rank])
             if need != self.stars.n:

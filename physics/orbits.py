@@ -38,7 +38,7 @@ from numba import njit, prange
 
 from parallel.decomposition import MIN_CHUNK
 from parallel.rng import taus_uniform, taus_uniform_z
-from physics.potential import locate_radius, radius_lookup_table, radius_lookup_table_threaded
+from physics.potential import locate_radius, radius_lookup_table_threaded
 
 #: Envelope factor over the end values of g(u).
 F_FACTOR = 1.1
@@ -435,11 +435,10 @@ def new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, stat
         shrinking tidal radius strips by it after the step's mass loss is known.
     """
     threads = numba.get_num_threads()
-    lut, lut_lo, lut_inv = radius_lookup_table_threaded(r_all, LOOKUP_PER_BUCKET, threads) \
-        if threads > 1 else radius_lookup_table(r_all, LOOKUP_PER_BUCKET)
+    lut, lut_lo, lut_inv = radius_lookup_table_threaded(r_all, LOOKUP_PER_BUCKET, threads)
     new_orbits_rows_lut(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states,
                         r_tidal, r_new, vr_new, vt_new, phi_oo, phi_on, status, counters, r_apo,
-                        lut, lut_lo, lut_inv, numba.get_num_threads())
+                        lut, lut_lo, lut_inv, threads)
 
 
 @njit(cache=True, parallel=True)

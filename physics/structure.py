@@ -130,19 +130,19 @@ def core_sums(r, m, r_half, i0, i1):
     """
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
-    out = np.zeros(4)
     if n < CH_NEIGHBOURS + 1:
-        return out
+        return np.zeros(4)
     a = max(i0, 0)
     b = min(i1, n)
     if b <= a:
-        return out
+        return np.zeros(4)
     # the serial loop stops at the first star outside r_half: r is sorted
     b = a + np.searchsorted(r[a:b], r_half, side="right")
     rho = np.empty(max(b - a, 0))
     has = np.empty(max(b - a, 0), dtype=np.bool_)
-    # stars with all neighbours on both sides: straight-line code over shifted views
-    c = max(a, h)
+    # stars with all neighbours on both sides, [c, d): straight-line code over shifted views;
+    # the others of [a, b) by the general function
+    c = min(max(a, h), b)
     d = max(min(b, n - h), c)
     if d > c:
         _ch_interior(r[c - h:d - h], r[c + h:d + h], m[c - 2:d - 2], m[c - 1:d - 1],
@@ -163,11 +163,7 @@ def core_sums(r, m, r_half, i0, i1):
             s_rho2 += x * x
             s_rhor += x * r[a + j]
             s_rhom += x * m[a + j]
-    out[0] = s_rho
-    out[1] = s_rho2
-    out[2] = s_rhor
-    out[3] = s_rhom
-    return out
+    return np.array([s_rho, s_rho2, s_rhor, s_rhom])
 
 
 @njit(cache=True)
@@ -177,9 +173,8 @@ def core_sums_serial(r, m, r_half, i0, i1):
     straight-line :func:`_ch_interior`)."""
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
-    out = np.zeros(4)
     if n < CH_NEIGHBOURS + 1:
-        return out
+        return np.zeros(4)
     s_rho = 0.0
     s_rho2 = 0.0
     s_rhor = 0.0
@@ -193,11 +188,7 @@ def core_sums_serial(r, m, r_half, i0, i1):
             s_rho2 += rho * rho
             s_rhor += rho * r[i]
             s_rhom += rho * m[i]
-    out[0] = s_rho
-    out[1] = s_rho2
-    out[2] = s_rhor
-    out[3] = s_rhom
-    return out
+    return np.array([s_rho, s_rho2, s_rhor, s_rhom])
 
 
 @njit(cache=True)

@@ -67,12 +67,11 @@ def _pairwise_block(x, lo, n):
 def _pairwise_serial(x, lo, n):
     """numpy's pairwise sum of ``x[lo:lo + n]`` on one thread (the tree walked with a stack:
     numba compiles no recursion cheaply)."""
-    # each entry: (lo, n, state) with state 0 = not expanded, 1 = waiting for its halves
+    # the pending ranges (start, length; length -1 marks a join) and the partial results
     stack_lo = np.empty(128, dtype=np.int64)
     stack_n = np.empty(128, dtype=np.int64)
     vals = np.empty(128)
-    top = 0  # entries in the stack of pending ranges
-    nv = 0  # partial results, in tree order
+    nv = 0
     stack_lo[0] = lo
     stack_n[0] = n
     top = 1
@@ -115,7 +114,7 @@ def _subtrees(lo, n):
         if start[k] < 0:
             continue
         c = count[k]
-        if c > PAIRWISE_BLOCK and c >= SPLIT_MIN:
+        if c >= SPLIT_MIN:  # (> PAIRWISE_BLOCK: numpy splits it too)
             c2 = c // 2
             c2 -= c2 % 8
             split[k] = True
@@ -142,10 +141,9 @@ def pairwise_sum(x, lo, hi):
     float
         The sum; 0.0 for an empty range.
     """
-    n = hi - lo
-    if n <= 0:
-        return 0.0
-    start, count, split = _subtrees(lo, n)
+    # (an empty range is one leaf of length 0, summed to 0.0: no early return, which made
+    # the serial loops of parallel functions slower here)
+    start, count, split = _subtrees(lo, max(hi - lo, 0))
     nn = start.shape[0]
     vals = np.zeros(nn)
     leaves = np.flatnonzero((start >= 0) & ~split)
