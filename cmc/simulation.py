@@ -614,12 +614,17 @@ class Simulation:
         t4 = self._wait_for_ranks(t4)
         # 5. sort, redistribute, synchronise replicated arrays, new potential
         # (the old table is dropped: its one-value columns may be shared by the new one)
+        old_bounds = rank_bounds(self.n_total, self.size)  # the ranks' rows of r_old_all
+        # the radii at the last step's block bounds guess the new ones (any guess gives the
+        # same order): the sort needs no sampling round (unless run.sample_size asks for one)
+        hint = None if self.size == 1 or self.n_total == 0 else \
+            self.r_all[np.minimum(old_bounds[1:-1], self.n_total - 1)]
         sorted_fields = parallel_sort(self.comm, stars.as_dict(), key="r", tiebreak="id",
                                       sample_size=cfg.sample_size or None, rows=keep_rows,
-                                      share_uniform=True)
+                                      share_uniform=True,
+                                      splitters=None if cfg.sample_size else hint)
         self.stars = stars = StarTable(sorted_fields)
         r_old_all = self.r_all
-        old_bounds = rank_bounds(self.n_total, self.size)  # the ranks' rows of r_old_all
         self.sync_replicated()
         t5 = time.perf_counter()
         self.timers["sort"] += t5 - t4

@@ -13,8 +13,8 @@ The sort follows the paper (sections 3.4 and 3.5):
 4. each rank cuts its sorted data at the splitters (binary search), exchanges
    counts with ``Alltoall`` and records with ``Alltoallv`` (only the stars that
    change rank travel; a rank's own slice stays, at P = 2 about four fifths);
-5. the received runs and the own slice are merged (pairwise merges of the
-   sorted runs) and every record is placed at its merged position.
+5. the received runs are merged (pairwise merges of the sorted runs), then with the own
+   slice, and every record is placed at its merged position.
 
 :func:`sample_sort` leaves the ranks approximately balanced; then
 :func:`redistribute_to_blocks` moves stars so that rank ``k`` holds exactly
@@ -788,14 +788,33 @@ def _merge_runs(keys, tbs, starts):
 
 
 @njit(cache=True)
-def _merge_positions(keys, tbs, starts):
-    """Position in the merged order of each element of the sorted runs of ``(keys, tbs)``
-    (the inverse of :func:`_merge_runs`' permutation)."""
-    order = _merge_runs(keys, tbs, starts)
-    where = np.empty(order.shape[0], dtype=np.int64)
-    for i in range(order.shape[0]):
-        where[order[i]] = i
-    return where
+def _merge_two(ak, at, bk, bt, b_first):
+    """Positions in the merged order of the elements of two sorted runs ``(ak, at)`` and
+    ``(bk, bt)``: one merge walk, each run's positions written in order.  On equal pairs
+    ``b[j]`` goes first where ``b_first[j]`` (its rank is below ``a``'s: the order of a stable
+    sort of the runs in rank order).  Returns ``(where_a, where_b)``."""
+    na = ak.shape[0]
+    nb = bk.shape[0]
+    where_a = np.empty(na, dtype=np.int64)
+    where_b = np.empty(nb, dtype=np.int64)
+    i = 0
+    j = 0
+    while i < na and j < nb:
+        ka = ak[i]
+        kb = bk[j]
+        if kb < ka or (kb == ka and (bt[j] < at[i] or (bt[j] == at[i] and b_first[j]))):
+            where_b[j] = i + j
+            j += 1
+        else:
+            where_a[i] = i + j
+            i += 1
+    while i < na:
+        where_a[i] = i + j
+        i += 1
+    while j < nb:
+        where_b[j] = i + j
+        j += 1
+    return where_a, where_b
 
 
 @njit(cache=True, nogil=True)
@@ -963,6 +982,7 @@ def _sample_sort_records(
     sample_size: int | None,
     rows: np.ndarray | None = None,
     chunk: int | None = None,
+    splitters: np.ndarray | None = None,
 ) -> Fields:
     """Sample Sort proper on ``size > 1`` communicators: this rank's sorted run of stars.
 
@@ -972,6 +992,9 @@ def _sample_sort_records(
 
     With ``chunk`` the cuts are made exact (:func:`_exact_cuts`), so that the one exchange
     leaves every rank its ``block_counts(N, P, chunk)`` records: no redistribution after it.
+    With ``splitters`` too (guesses of the ``P - 1`` keys at the block bounds, the same on
+    every rank) there is no sampling round: one reduction checks the input and counts the
+    stars below the guesses, and the exact cuts' gather agrees on the columns of one value.
     """
     size = comm.Get_size()
     me = comm.Get_rank()
@@ -992,7 +1015,78 @@ def _sample_sort_records(
     # one value on every rank stay out of the records (rank 0 decides with the splitters)
     same = _uniform_fields(fields, key, tiebreak) if n_local else None
 
-    # Phase 2: regular sampling at the centres of s equal slices.
+    if splitters is None:
+        msg, split, n_total, same = _sampled_splitters(comm, keys, tbs, n_local, sample_size,
+                                                       dtype_descr, err, same)
+        if msg:
+            raise ValueError(err or f"sample_sort: invalid input on another rank: {msg}")
+        split_k, split_t = split
+    else:  # the caller's guesses: no sampling round, the cuts are made exact below
+        split_k, split_t = splitters, None
+        sig = 0 if err else _dtype_signature(np.dtype(dtype_descr))
+        cuts = (np.zeros(size - 1, dtype=np.int64) if err or split_k.size == 0 else
+                _lex_searchsorted(keys, tbs, split_k, None))
+        # one reduction: N, errors, a dtype-equality check (Cauchy-Schwarz, as in
+        # _redistribute_records) and the splitters' global counts
+        tot = allreduce_sum(comm, np.concatenate((
+            [n_local, err is not None, sig, sig * sig], cuts)).astype(np.int64))
+        n_total, n_err, s1, s2 = (int(x) for x in tot[:4])
+        if n_err:
+            raise ValueError(err or f"sample_sort: invalid input on {n_err} other rank(s)")
+        if size * s2 != s1 * s1:
+            raise ValueError("sample_sort: record dtypes differ between ranks")
+
+    # Phase 4: cut at the splitters, exchange the stars that leave this rank.
+    if split_k is None:  # no samples at all, hence no stars anywhere
+        bounds = np.zeros(size - 1, dtype=np.int64)
+    elif splitters is None:
+        bounds = _lex_searchsorted(keys, tbs, split_k, split_t)
+        if chunk is not None:
+            bounds = _exact_cuts(comm, keys, tbs, bounds,
+                                 rank_bounds(n_total, size, chunk)[1:-1])[0]
+    else:  # the columns of one value agreed on with the exact cuts' offers
+        bounds, everyone = _exact_cuts(comm, keys, tbs, cuts,
+                                       rank_bounds(n_total, size, chunk)[1:-1],
+                                       counts=tot[4:], extra=(same,))
+        same = _common_values([x[0] for x in everyone])
+    edges = np.concatenate(([0], bounds, [n_local])).astype(np.int64)
+    lo, hi = int(edges[me]), int(edges[me + 1])
+    send_counts = np.diff(edges)
+    send_counts[me] = 0
+    sent = {name: arr for name, arr in fields.items() if name not in same}
+    rec = pack_records(sent, order)  # in sorted order: each destination's run is a slice
+    received, run_counts = _exchange(comm, rec, send_counts, edges[:-1])
+
+    # Phase 5: merge this rank's own run with the received ones (those of several ranks
+    # merged among themselves first), then place every row at its merged position.
+    rk = np.ascontiguousarray(received[key])
+    rt = (np.zeros(rk.size, dtype=np.int8) if tiebreak is None
+          else np.ascontiguousarray(received[tiebreak]))
+    src = np.repeat(np.arange(size), run_counts)  # each received record's rank
+    if np.count_nonzero(run_counts) > 1:
+        rorder = _merge_runs(rk, rt, np.concatenate(([0], np.cumsum(run_counts))))
+        rk, rt, src = rk[rorder], rt[rorder], src[rorder]
+    else:
+        rorder = None
+    own_keys = keys[lo:hi]
+    own_tbs = np.zeros(hi - lo, dtype=np.int8) if tbs is None else tbs[lo:hi]
+    where_own, where_rec = _merge_two(own_keys, own_tbs, rk, rt, src < me)
+    if rorder is not None:
+        where_rec[rorder] = where_rec.copy()
+    placed = _place(sent, rec[lo:hi], where_own, received, where_rec)
+    n_out = where_own.size + where_rec.size
+    return {name: _filled(arr.dtype, n_out, same[name]) if name in same
+            else placed[name] for name, arr in fields.items()}
+
+
+def _sampled_splitters(comm: Any, keys: np.ndarray | None, tbs: np.ndarray | None,
+                       n_local: int, sample_size: int | None, dtype_descr: Any,
+                       err: str | None, same: dict[str, bytes] | None) -> tuple:
+    """Regular samples gathered on rank 0, which checks every rank's input, picks the
+    splitters and counts the stars; returns ``(message, (split_keys, split_tbs), N, columns
+    of one value on every rank)`` on every rank (``message``: the first error, or None)."""
+    size = comm.Get_size()
+    # regular sampling at the centres of s equal slices
     s = default_sample_size(size, n_local) if sample_size is None else int(sample_size)
     ns = min(s, n_local)
     if ns > 0:
@@ -1002,56 +1096,19 @@ def _sample_sort_records(
     else:
         samp_k = samp_t = None
     gathered = comm.gather((n_local, samp_k, samp_t, dtype_descr, err, same), root=0)
-
-    # Phase 3: splitter selection on rank 0 (which also counts the stars).
-    if me == 0:
+    if comm.Get_rank() == 0:
         msg = _root_check(gathered)
-        split = None if msg else _choose_splitters(gathered, size, tiebreak is not None)
-        payload = (msg, split, sum(g[0] for g in gathered), _common_values(gathered))
+        split = None if msg else _choose_splitters(gathered, size, tbs is not None)
+        payload = (msg, split, sum(g[0] for g in gathered),
+                   _common_values([g[5] for g in gathered]))
     else:
         payload = None
-    msg, split, n_total, same = comm.bcast(payload, root=0)
-    if msg:
-        raise ValueError(err or f"sample_sort: invalid input on another rank: {msg}")
-
-    # Phase 4: cut at the splitters, exchange the stars that leave this rank.
-    split_k, split_t = split
-    if split_k is None:  # no samples at all, hence no stars anywhere
-        bounds = np.zeros(size - 1, dtype=np.int64)
-    else:
-        bounds = _lex_searchsorted(keys, tbs, split_k, split_t)
-        if chunk is not None:
-            bounds = _exact_cuts(comm, keys, tbs, bounds,
-                                 rank_bounds(n_total, size, chunk)[1:-1])
-    edges = np.concatenate(([0], bounds, [n_local])).astype(np.int64)
-    lo, hi = int(edges[me]), int(edges[me + 1])
-    send_counts = np.diff(edges)
-    send_counts[me] = 0
-    sent = {name: arr for name, arr in fields.items() if name not in same}
-    rec = pack_records(sent, order)  # in sorted order: each destination's run is a slice
-    received, run_counts = _exchange(comm, rec, send_counts, edges[:-1])
-
-    # Phase 5: merge the runs (received ones and this rank's own, in rank order), then place
-    # every row at its merged position.
-    before = int(run_counts[:me].sum())
-    run_counts[me] = hi - lo
-    rk = np.ascontiguousarray(received[key])
-    merged_keys = np.concatenate((rk[:before], keys[lo:hi], rk[before:]))
-    if tiebreak is None:
-        merged_tbs = np.zeros(merged_keys.size, dtype=np.int8)
-    else:
-        rt = np.ascontiguousarray(received[tiebreak])
-        merged_tbs = np.concatenate((rt[:before], tbs[lo:hi], rt[before:]))
-    starts = np.concatenate(([0], np.cumsum(run_counts))).astype(np.int64)
-    where = _merge_positions(merged_keys, merged_tbs, starts)
-    placed = _place(sent, rec[lo:hi], where[before:before + hi - lo], received,
-                    np.concatenate((where[:before], where[before + hi - lo:])))
-    return {name: _filled(arr.dtype, where.size, same[name]) if name in same
-            else placed[name] for name, arr in fields.items()}
+    return comm.bcast(payload, root=0)
 
 
 def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.ndarray,
-                targets: np.ndarray) -> np.ndarray:
+                targets: np.ndarray, counts: np.ndarray | None = None,
+                extra: Any = None) -> tuple[np.ndarray, list | None]:
     """Move the local cuts at the splitters so that the global cuts fall at ``targets``.
 
     Parameters
@@ -1065,11 +1122,20 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     targets : numpy.ndarray of int
         Wanted global number of pairs before each cut (the block bounds), non-decreasing.
 
+    counts : numpy.ndarray of int, optional
+        The splitters' global counts (``cuts`` summed over ranks), where the caller reduced
+        them already (with other numbers, in one message).
+    extra : optional
+        Anything picklable to hand to every rank with the offers; the offers' gather then
+        happens even without a deficit.
+
     Returns
     -------
-    numpy.ndarray of int
+    cuts : numpy.ndarray of int
         Local cuts such that, summed over ranks, cut ``j`` is ``targets[j]``: the pairs before
         it are the globally smallest ``targets[j]``.
+    everyone : list or None
+        Every rank's ``extra``, in rank order (None when ``extra`` is None).
 
     Notes
     -----
@@ -1081,16 +1147,19 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     sequence; with ties (no tiebreak) they still sum to the targets.  Two small messages
     instead of the second exchange of every record that the redistribution needed.
     """
-    n = keys.shape[0]
-    deficit = targets - allreduce_sum(comm, cuts.astype(np.int64))
-    if not deficit.any():  # every rank holds the same totals, so all skip together
-        return cuts
+    n = 0 if keys is None else keys.shape[0]
+    if counts is None:
+        counts = allreduce_sum(comm, cuts.astype(np.int64))
+    deficit = targets - counts
+    if not deficit.any() and extra is None:  # every rank holds the same totals: all skip
+        return cuts, None
     offers = []
     for j in np.flatnonzero(deficit):
         d = int(deficit[j])
         lo, hi = (cuts[j], min(n, cuts[j] + d)) if d > 0 else (max(0, cuts[j] + d), cuts[j])
         offers.append((keys[lo:hi], None if tbs is None else tbs[lo:hi]))
-    everyone = comm.allgather(offers)
+    gathered = comm.allgather((offers, extra))
+    everyone = [g[0] for g in gathered]
     cuts = cuts.copy()
     rank = comm.Get_rank()
     for i, j in enumerate(np.flatnonzero(deficit)):
@@ -1105,15 +1174,14 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
         moved = order[:d] if d > 0 else order[order.size + d:]
         mine = int(np.count_nonzero(owner[moved] == rank))
         cuts[j] += mine if d > 0 else -mine
-    return cuts
+    return cuts, None if extra is None else [g[1] for g in gathered]
 
 
-def _common_values(gathered: list[tuple]) -> dict[str, bytes]:
-    """On rank 0: the fields that hold one value, the same bytes, on every rank that holds
-    stars (:func:`_uniform_fields`), with that value."""
+def _common_values(sames: list[dict[str, bytes] | None]) -> dict[str, bytes]:
+    """The fields that hold one value, the same bytes, on every rank that holds stars, with
+    that value, from every rank's :func:`_uniform_fields` (None: no stars there)."""
     common = None
-    for g in gathered:
-        same = g[5]
+    for same in sames:
         if same is None:  # no stars on that rank
             continue
         common = dict(same) if common is None else {
@@ -1284,6 +1352,7 @@ def parallel_sort(
     chunk: int = MIN_CHUNK,
     rows: np.ndarray | None = None,
     share_uniform: bool = False,
+    splitters: np.ndarray | None = None,
 ) -> Fields:
     """Sort star records globally and leave them in the block decomposition.
 
@@ -1311,6 +1380,12 @@ def parallel_sort(
         view of the input column (a prefix of it) instead of a new array: for a caller that
         drops its input (the step's sort of the star table), 0.2 ms per step at N = 1e5
         saved.  Writing into such a column writes into the input.
+    splitters : numpy.ndarray of float, optional
+        On ``P > 1`` ranks, guesses of the keys at the ``P - 1`` block bounds, non-decreasing,
+        no NaN, the same on every rank (the step passes the last step's radii there): the
+        sampling round (a gather of samples on rank 0, its choice of splitters, a broadcast)
+        is skipped.  Any guess gives the same result; a good one keeps the exact cuts'
+        messages small.  Ignored on one rank.
 
     Returns
     -------
@@ -1324,6 +1399,14 @@ def parallel_sort(
         On every rank, if any rank's input is invalid.
     """
     _check_params(sample_size, chunk)
-    if comm.Get_size() == 1:
+    size = comm.Get_size()
+    if size == 1:
         return _sorted_fields(fields, key, tiebreak, rows, share_uniform)
-    return _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows, chunk)
+    if splitters is not None:
+        splitters = np.ascontiguousarray(splitters, dtype=np.float64)
+        if splitters.shape != (size - 1,) or _any_nan(splitters) \
+                or np.any(splitters[1:] < splitters[:-1]):
+            raise ValueError(f"parallel_sort: splitters must be {size - 1} non-decreasing "
+                             f"numbers without NaN, got {splitters!r}")
+    return _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows, chunk,
+                                splitters)

@@ -335,6 +335,41 @@ def test_merge_runs_is_a_stable_sort(runs, ndistinct):
     np.testing.assert_array_equal(_merge_runs(k, none, starts), np.argsort(k, kind="stable"))
 
 
+@pytest.mark.parametrize("runs", [[0, 0], [7, 0], [0, 5], [40, 9, 13], [300, 41, 77, 2]])
+@pytest.mark.parametrize("ndistinct", [None, 3])
+@pytest.mark.parametrize("me", [0, 1, 2])
+def test_merge_two_places_runs_as_a_stable_sort(runs, ndistinct, me):
+    """The MPI sort's merge of its own run (rank ``me``) with the received ones (merged among
+    themselves, ranks in order) puts every element where a stable lexsort of all the runs in
+    rank order puts it, ties (equal pairs too) going to the lower rank."""
+    from parallel.sample_sort import _merge_runs, _merge_two
+
+    me = min(me, len(runs) - 1)
+    rng = np.random.default_rng(len(runs) + sum(runs) + 10 * me)
+    keys, tbs = [], []
+    for n in runs:
+        k = rng.random(n) if ndistinct is None else rng.integers(0, ndistinct, n) * 0.5
+        t = rng.integers(0, 4, n)
+        o = np.lexsort((t, k))
+        keys.append(k[o])
+        tbs.append(t[o])
+    k, t = np.concatenate(keys), np.concatenate(tbs)
+    starts = np.concatenate(([0], np.cumsum(runs))).astype(np.int64)
+    where = np.empty(k.size, dtype=np.int64)
+    where[np.lexsort((t, k))] = np.arange(k.size)  # stable: ties in rank order
+    # as the sort does it: the others' runs merged among themselves, then with this rank's
+    others = [q for q in range(len(runs)) if q != me]
+    rk = np.concatenate([keys[q] for q in others])
+    rt = np.concatenate([tbs[q] for q in others])
+    src = np.repeat(others, [runs[q] for q in others])
+    idx = np.concatenate([np.arange(starts[q], starts[q + 1]) for q in others])
+    ostarts = np.concatenate(([0], np.cumsum([runs[q] for q in others]))).astype(np.int64)
+    order = _merge_runs(rk, rt, ostarts)
+    where_own, where_rec = _merge_two(keys[me], tbs[me], rk[order], rt[order], src[order] < me)
+    np.testing.assert_array_equal(where_own, where[starts[me]:starts[me + 1]])
+    np.testing.assert_array_equal(where_rec, where[idx[order]])
+
+
 @pytest.mark.parametrize("n", [0, 1, 19, 20, 1003])
 @pytest.mark.parametrize("ndistinct", [None, 5])
 def test_parallel_sort_serial(n, ndistinct):

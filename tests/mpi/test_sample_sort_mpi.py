@@ -177,6 +177,100 @@ def _with_uniform_columns(stars: dict[str, np.ndarray]) -> dict[str, np.ndarray]
             .astype(np.int32), "none": np.full(n, -1, dtype=np.int64)}
 
 
+def _splitter_guesses(kind: str, r_sorted: np.ndarray, p: int) -> np.ndarray:
+    """``p - 1`` splitter guesses for ``parallel_sort(splitters=...)``: the sorted keys at the
+    block bounds (``exact``, what the step's last radii approximate), those a tenth of the
+    stars off, all below or above every key, or all the median key."""
+    n = r_sorted.size
+    bounds = np.cumsum(block_counts(n, p))[:-1]
+    at = lambda i: r_sorted[np.clip(i, 0, max(n - 1, 0))] if n else np.zeros(len(i))  # noqa: E731
+    if kind == "exact":
+        return at(bounds)
+    if kind == "shifted":
+        return at(bounds + (n // 10) * (-1) ** np.arange(p - 1))
+    if kind == "median":
+        return np.full(p - 1, at(np.array([n // 2]))[0])
+    return np.full(p - 1, -np.inf if kind == "low" else np.inf)
+
+
+@pytest.mark.parametrize("guess", ["exact", "shifted", "low", "high", "median"])
+@pytest.mark.parametrize("case", ["random", "clustered", "duplicates"])
+@pytest.mark.parametrize("n", [0, 45, 1003])
+def test_parallel_sort_splitter_guesses(on_subcomms, n, case, guess):
+    """The step's sort takes splitter guesses (the last step's radii at the block bounds)
+    instead of sampling: any guess, however poor, gives the reference bit for bit, with rows
+    dropped and columns of one value (agreed on with the exact cuts' gather: ``zero`` is
+    uniform on each rank at P = 2 but not across them, ``third`` at P = 3).  Sorted
+    ``(key, id)`` pairs ``shifted`` off the ``exact`` guesses make the exact cuts move by a
+    tenth of the stars, in both directions."""
+    stars = _with_uniform_columns(global_stars(case, n))
+    dropped = np.random.default_rng(17).random(n) < 0.05
+    expected = reference_sort(take(stars, np.flatnonzero(~dropped)))
+
+    def run(comm):
+        idx = local_indices("uneven", n, comm.size, comm.rank)
+        split = _splitter_guesses(guess, expected["r"], comm.size)
+        return parallel_sort(comm, take(stars, idx), rows=np.flatnonzero(~dropped[idx]),
+                             splitters=split)
+
+    for p, outcomes in on_subcomms(run).items():
+        parts = values(outcomes)
+        check_blocks(parts, expected, p)
+        got = {k: np.concatenate([part[k] for part in parts]) for k in ("nan", "zero")}
+        for k in got:  # the bits, not only the values
+            np.testing.assert_array_equal(got[k].view(np.uint64),
+                                          expected[k].view(np.uint64), err_msg=k)
+
+
+@pytest.mark.parametrize("guess", ["exact", "low", "median"])
+def test_parallel_sort_splitter_guesses_no_tiebreak_ties(on_subcomms, guess):
+    """Equal keys, no tiebreak and guessed splitters: block counts, keys in order, every
+    record once (the order among ties is not specified)."""
+    n = 1403
+    stars = global_stars("duplicates", n)
+
+    def run(comm):
+        local = take(stars, local_indices("interleaved", n, comm.size, comm.rank))
+        split = _splitter_guesses(guess, np.sort(stars["r"]), comm.size)
+        return parallel_sort(comm, local, tiebreak=None, splitters=split)
+
+    for p, outcomes in on_subcomms(run).items():
+        parts = values(outcomes)
+        assert [len(x["id"]) for x in parts] == block_counts(n, p).tolist()
+        r = np.concatenate([x["r"] for x in parts])
+        assert np.all(r[1:] >= r[:-1])
+        got = {k: np.concatenate([x[k] for x in parts]) for k in stars}
+        order = np.argsort(got["id"])
+        ref = np.argsort(stars["id"])
+        for k in stars:
+            np.testing.assert_array_equal(got[k][order], stars[k][ref], err_msg=k)
+
+
+@pytest.mark.parametrize("bad", ["nan", "length", "decreasing"])
+def test_bad_splitter_guesses_raise_on_all_ranks(on_subcomms, bad):
+    """Splitter guesses that are not ``P - 1`` non-decreasing numbers: ValueError on every
+    rank (ignored on one rank, which does not cut)."""
+    n = 200
+    stars = global_stars("random", n)
+
+    def run(comm):
+        split = np.linspace(0.5, 1.5, comm.size - 1)
+        if bad == "nan" and split.size:
+            split[-1] = np.nan
+        elif bad == "length":
+            split = np.append(split, 2.0)
+        elif bad == "decreasing" and split.size:
+            split = np.append(split, -1.0)[1:] if split.size > 1 else np.array([np.nan])
+        return parallel_sort(comm, take(stars, local_indices("even", n, comm.size, comm.rank)),
+                             splitters=split)
+
+    for p, outcomes in on_subcomms(run).items():
+        if p == 1:
+            values(outcomes)
+        else:
+            assert all(o[0] == "err" and "splitters" in o[1] for o in outcomes), outcomes
+
+
 @pytest.mark.parametrize("layout", ["even", "first", "interleaved"])
 @pytest.mark.parametrize("n", [0, 1, 45, 1003])
 def test_parallel_sort_uniform_columns(on_subcomms, n, layout):
@@ -372,11 +466,12 @@ def test_redistribute_alone(on_subcomms, n, layout):
 # ---------------------------------------------------------------------------
 
 
-def _bad_on_last_rank(kind: str):
+def _bad_on_last_rank(kind: str, guessed: bool = False):
     n = 100
     stars = global_stars("random", n)
 
     def run(comm):
+        split = np.linspace(0.5, 1.5, comm.size - 1) if guessed else None
         local = take(stars, local_indices("even", n, comm.size, comm.rank))
         if comm.rank == comm.size - 1:
             if kind == "nan":
@@ -387,19 +482,22 @@ def _bad_on_last_rank(kind: str):
                 local["kind"] = local["kind"].astype(np.int64)
             elif kind == "length":
                 local["m"] = local["m"][:-1] if len(local["m"]) else np.zeros(1)
-        return parallel_sort(comm, local)
+        return parallel_sort(comm, local, splitters=split)
 
     return run
 
 
+@pytest.mark.parametrize("guessed", [False, True])
 @pytest.mark.parametrize("kind", ["nan", "missing", "length"])
-def test_invalid_input_raises_on_all_ranks(on_subcomms, kind):
-    for _, outcomes in on_subcomms(_bad_on_last_rank(kind)).items():
+def test_invalid_input_raises_on_all_ranks(on_subcomms, kind, guessed):
+    """Also with splitter guesses, where the errors travel in the cuts' reduction."""
+    for _, outcomes in on_subcomms(_bad_on_last_rank(kind, guessed)).items():
         assert all(o[0] == "err" and o[1].startswith("ValueError") for o in outcomes), outcomes
 
 
-def test_dtype_mismatch_raises_on_all_ranks(on_subcomms):
-    for p, outcomes in on_subcomms(_bad_on_last_rank("dtype")).items():
+@pytest.mark.parametrize("guessed", [False, True])
+def test_dtype_mismatch_raises_on_all_ranks(on_subcomms, guessed):
+    for p, outcomes in on_subcomms(_bad_on_last_rank("dtype", guessed)).items():
         if p == 1:
             values(outcomes)  # a single rank cannot disagree with itself
         else:
