@@ -90,6 +90,7 @@ from physics.relaxation import (
     block_moments,
     relax_or_select_pairs,
     relax_pairs,
+    window_boundary_counts,
     window_boundary_rows,
     window_min_inside,
     window_min_straddling,
@@ -231,6 +232,8 @@ class Simulation:
         #: kernel, their time booked as "wait": the ranks' load imbalance, apart from the
         #: parts' own cost
         self.measure_wait = False
+        #: ((N, window width in blocks), every rank's row count of the time step's gather)
+        self._window_rows: tuple = (None, None)
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=float)
         self._signal = 0
         self._n_p1 = 0
@@ -635,10 +638,13 @@ class Simulation:
             potential_at_points(self.r_all, self.phi_all, self.mcum_all, r_old_all,
                                 stars.old_index, phi_at_old)
         elif self.size > 1:  # each rank merges its segment of the old radii, then one gather
+            # (into the node's shared window with run.shared_memory)
             lo, hi = int(old_bounds[self.rank]), int(old_bounds[self.rank + 1])
-            phi_at_old = allgatherv_array(self.comm, potential_at_sorted_radii(
-                self.r_all, self.phi_all, self.mcum_all, r_old_all[lo:hi]),
-                rows=np.diff(old_bounds))
+            mine = potential_at_sorted_radii(self.r_all, self.phi_all, self.mcum_all,
+                                             r_old_all[lo:hi])
+            phi_at_old = (allgatherv_array(self.comm, mine, rows=np.diff(old_bounds))
+                          if self.replicas is None else
+                          self.replicas.gather(mine, r_old_all.shape[0]))
         else:  # every point gets the same interval and formula: the bits of the gathered ones
             phi_at_old = potential_at_sorted_radii(self.r_all, self.phi_all, self.mcum_all,
                                                    r_old_all)
@@ -1168,7 +1174,14 @@ class Simulation:
                                    width)
         rows = np.vstack((np.array([[-1.0, inside, 0.0, 0.0, 0.0]]),
                           window_boundary_rows(moments, block0, nb_total, width)))
-        rows = allgatherv_array(self.comm, rows)
+        # every rank's row count follows from the layout: one message, no sizes exchanged
+        # (the counts kept while N stays: computing them costs what the message did)
+        if self._window_rows[0] != (self.n_total, width):
+            starts = rank_bounds(self.n_total, self.size)
+            blocks = (np.diff(starts) + MIN_CHUNK - 1) // MIN_CHUNK
+            self._window_rows = ((self.n_total, width), 1 + window_boundary_counts(
+                starts[:-1] // MIN_CHUNK, blocks, nb_total, width))
+        rows = allgatherv_array(self.comm, rows, rows=self._window_rows[1])
         mins = rows[rows[:, 0] < 0.0, 1]
         edge = np.ascontiguousarray(rows[rows[:, 0] >= 0.0])
         return float(np.min(np.append(mins, window_min_straddling(

@@ -162,6 +162,26 @@ def window_boundary_rows(moments: np.ndarray, block0: int, nb_total: int,
     return np.column_stack((g[edge].astype(np.float64), moments[edge]))
 
 
+def window_boundary_counts(block0: np.ndarray, nloc: np.ndarray, nb_total: int,
+                           width: int) -> np.ndarray:
+    """How many rows :func:`window_boundary_rows` gives for local blocks
+    ``[block0, block0 + nloc)`` (arrays: one entry per rank), from the layout alone: only
+    the windows holding a range's first and last block can straddle its ends.  Every rank
+    knows every rank's count, so their gather needs no exchange of sizes."""
+    block0 = np.asarray(block0, dtype=np.int64)
+    nloc = np.asarray(nloc, dtype=np.int64)
+    end = block0 + nloc
+    out = np.zeros(block0.shape, dtype=np.int64)
+    for first, last_block in ((True, block0), (False, end - 1)):
+        ws = (last_block // width) * width
+        we = np.minimum(nb_total, ws + width)
+        edge = (nloc > 0) & ((ws < block0) | (we > end))
+        if not first:  # the last block's window, unless it is the first block's
+            edge &= ws != (block0 // width) * width
+        out += np.where(edge, np.minimum(we, end) - np.maximum(ws, block0), 0)
+    return out
+
+
 @njit(cache=True)
 def window_min_straddling(r_all, rows, n0, coulomb_ratio, width):
     """Smallest relaxation time over the windows made of the gathered boundary ``rows``

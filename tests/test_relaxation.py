@@ -94,6 +94,7 @@ def test_window_minimum_from_rank_segments_is_the_whole_arrays(plummer_5k, width
     from parallel.decomposition import rank_bounds
     from physics.relaxation import (
         block_moments,
+        window_boundary_counts,
         window_boundary_rows,
         window_min_inside,
         window_min_straddling,
@@ -114,6 +115,9 @@ def test_window_minimum_from_rank_segments_is_the_whole_arrays(plummer_5k, width
             inside.append(window_min_inside(r, mine, int(bounds[k]), nb, n0, 0.9, width))
             rows.append(window_boundary_rows(mine, int(bounds[k]), nb, width))
             assert rows[-1].shape[0] <= 2 * (width - 1)
+        # every rank's count from the layout alone (the gather's sizes, not exchanged)
+        counts = window_boundary_counts(bounds[:-1], np.diff(bounds), nb, width)
+        assert counts.tolist() == [x.shape[0] for x in rows], (p, width)
         edge = np.ascontiguousarray(np.vstack(rows))
         return np.min(np.append(inside, window_min_straddling(r, edge, n0, 0.9, width)))
 

@@ -67,6 +67,38 @@ def test_publish_equals_private_arrays(world, ranks_per_node):
             assert all(nodes == expect_nodes for _, _, nodes in res)
 
 
+@pytest.mark.parametrize("ranks_per_node", [0, 1, 2])
+def test_gather_equals_allgatherv(world, ranks_per_node):
+    """A column gathered into the node's window (the energy correction's potential at the
+    old radii) is the Allgatherv's bits, for the previous step's number of rows after each
+    publish (N growing past the window's room, then shrinking); a count that does not fit
+    the layout raises."""
+    if world.Get_size() == 1:
+        return
+    node = None
+    if ranks_per_node:
+        node = world.Split(world.Get_rank() // ranks_per_node, key=world.Get_rank())
+    rep = NodeReplicas.create(world, node)
+    results = []
+    n_old = None
+    for k, n_total in enumerate((1000, 1500, 900, 3001)):
+        r, m = _local_rows(n_total, world, k)
+        rep.publish(n_total, r, m, compute_potential_into)
+        for n in (n_total,) if n_old is None else (n_old, n_total):
+            col = _local_rows(n, world, 100 + k)[1] - 0.5
+            got = rep.gather(col, n)
+            results.append(np.array_equal(got, allgatherv_array(world, col)))
+        n_old = n_total
+    try:
+        rep.gather(np.zeros(1 if world.Get_rank() == 0 else 0), 1000)
+        raised = False
+    except RuntimeError as exc:
+        raised = "holds" in str(exc)
+    rep.close()
+    everyone = world.allgather((all(results), raised))
+    assert all(ok and bad for ok, bad in everyone)
+
+
 def test_nodes_of_scattered_ranks_keep_private_arrays(world):
     """A node whose ranks are not consecutive (round-robin placement) holds stars that are not
     one range of the global order: every rank then gets None (private arrays)."""
