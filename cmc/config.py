@@ -110,7 +110,9 @@ class RunConfig:
     emulate_ranks: int = _p(0, "ranks", "serial run that reproduces the random streams of a "
                             "P-rank MPI run (0: off)", lo=0)
     threads: int = _p(0, "", "numba threads per process (0: cores / MPI ranks)", lo=0)
-    sample_size: int = _p(0, "", "Sample Sort samples per rank (0: automatic)", lo=0)
+    sample_size: int = _p(0, "", "Sample Sort samples per rank (0: none, the splitters "
+                               "guessed from the last step's radii; the result is the same)",
+                          lo=0)
     orbit_backend: str = _p("cpu", "", "where new orbits are computed: cpu (numba, all cores), "
                             "gpu (a CUDA device through CuPy: pip install 'henon-cmc[gpu]') or "
                             "gpu-sim (the GPU kernel in numba's CUDA simulator: slow, for "

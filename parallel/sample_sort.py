@@ -23,6 +23,11 @@ global index range, one more ``Alltoallv`` moves the pieces).  The step's
 :func:`parallel_sort` needs no second exchange: before the one exchange it moves
 the cuts from the splitters to the block bounds (one reduction of the splitters'
 global counts and one gather of the few keys next to them, :func:`_exact_cuts`).
+Since the cuts are exact, the splitters need only be guesses: the step passes the
+last step's radii at the block bounds (``splitters``), and steps 2 and 3 (a gather
+of samples on rank 0, whose choice of splitters grows with P times the samples, and
+a broadcast) are skipped; the input checks and the columns of one value then travel
+in the cuts' reduction and gather.
 
 Ordering is by the pair ``(key, tiebreak)``, splitters included, so with
 unique ``(key, tiebreak)`` pairs (unique star ids) the global result is the
