@@ -20,7 +20,8 @@ Model, per step, P ranks of one thread each::
 * ``T_comm``: from the measured traffic of the 2-rank bench (bytes and calls per method),
   scaled to P with a latency-bandwidth network (:data:`ALPHA_S`, :data:`BETA_BPS`): small
   collectives ``ceil(log2 P) alpha``; the Allgatherv of the replicated arrays ``ceil(log2 P)
-  alpha + (P-1)/P N b / beta`` (b bytes per star, measured); each Alltoallv ``(P-1) alpha +
+  alpha + (P-1)/P N b / beta`` (b bytes per star, measured, plus what the 2-rank bench's
+  node-shared window carried, :data:`SHARED_GATHER_BYTES`); each Alltoallv ``(P-1) alpha +
   bytes / beta`` (pairwise exchange), the sort sending the fraction ``1 - (1 - f2)^log2(P)`` of
   its records (f2 measured at P = 2; tends to 1: at large P a star's new radius is almost never
   in its old rank's range).
@@ -63,6 +64,14 @@ SEGMENTS_GATHER_BYTES = 17.0
 #: Bytes per star of the energy correction's Allgatherv (the new potential at the old radii),
 #: made below OLD_POTENTIAL_LOOKUP_MIN_RANKS ranks only.
 ENERGY_GATHER_BYTES = 8.0
+#: What the node-shared window (``run.shared_memory``) carries instead of the network in the
+#: 2-rank bench (one node): the radii and masses (16 bytes per star, two Allgathervs among the
+#: nodes' leaders) and the energy correction's column (ENERGY_GATHER_BYTES, one more).  The
+#: model's ranks are one core each, each its own node, so these travel: they are added back
+#: to the measured traffic (until 2026-11-26 afternoon they were left out, since the ninth
+#: sitting's shared arrays: 16 bytes per star too few).
+SHARED_GATHER_BYTES = 16.0 + ENERGY_GATHER_BYTES
+SHARED_GATHER_CALLS = 3
 #: Passes that each rank makes on its own segment of the replicated arrays, followed by one
 #: collective: they divide by P (the diagnostics' W and core sums, added by the step's one
 #: reduction; the energy correction's merge of the old radii, followed by one Allgatherv of 8
@@ -198,8 +207,11 @@ def traffic_of(row2: dict, n: int) -> dict:
     from parallel.sample_sort import _record_dtype
 
     rec = _record_dtype(StarTable.empty(1).as_dict()).itemsize
+    ag_b = ag_bytes / (n / 2)  # bytes per star of the replicated arrays
+    if row2.get("shared_memory"):  # what the node's window carried: the network's, on P nodes
+        ag_calls, ag_b = ag_calls + SHARED_GATHER_CALLS, ag_b + SHARED_GATHER_BYTES
     return {"small_calls": small, "allgatherv_calls": ag_calls,
-            "ag_b": ag_bytes / (n / 2),  # bytes per star of the replicated arrays
+            "ag_b": ag_b,
             "alltoallv_calls": a2a_calls, "record_bytes": rec,
             "f2": min(1.0, a2a_bytes / rec / (n / 2))}
 

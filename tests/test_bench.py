@@ -135,6 +135,25 @@ def test_targets_say_why_and_what_it_would_take(monkeypatch):
     assert perf_model.speedup_targets(models)[0].startswith("* met: N = 1e+05")
 
 
+def test_shared_window_traffic_counts_as_network():
+    """The 2-rank bench runs on one node, where r, m and the energy correction's column go
+    through the node's shared window: the model (one core per rank and node) adds their bytes
+    and calls back, so the gathered bytes per star cover them and the bandwidth term stays
+    positive where the energy's column is no longer gathered (P >= 256)."""
+    import perf_model
+
+    n = 100_000
+    row = {"sent_by_method_rank0": {"Allreduce": [3, 56], "Allgatherv": [3, 2.7e4],
+                                    "Alltoallv": [1, 4.4e5]}}
+    private = perf_model.traffic_of(row, n)
+    shared = perf_model.traffic_of({**row, "shared_memory": True}, n)
+    assert shared["ag_b"] == pytest.approx(private["ag_b"] + 24.0)
+    assert shared["allgatherv_calls"] == private["allgatherv_calls"] + 3
+    for p in (2, 16, perf_model.OLD_POTENTIAL_LOOKUP_MIN_RANKS, 1024):
+        latency, bandwidth = perf_model.comm_parts(n, p, shared)
+        assert latency > 0.0 and bandwidth > (p - 1) / p * n * 16.0 / perf_model.BETA_BPS
+
+
 def test_collapse_target_splits_the_run(capsys):
     """A missed time to collapse says how long the run's steps took and where that time went
     (the run's own timing summary), beside this sitting's step deep in collapse."""
