@@ -1017,7 +1017,8 @@ def _sample_sort_records(
         order = keys = tbs = dtype_descr = None
     n_local = 0 if order is None else order.size
     # columns of one value here (a rank without stars does not constrain them): those of
-    # one value on every rank stay out of the records (rank 0 decides with the splitters)
+    # one value on every rank stay out of the records (rank 0 decides with the splitters,
+    # or every rank from the exact cuts' gather)
     same = _uniform_fields(fields, key, tiebreak) if n_local else None
 
     if splitters is None:
@@ -1029,7 +1030,7 @@ def _sample_sort_records(
     else:  # the caller's guesses: no sampling round, the cuts are made exact below
         split_k, split_t = splitters, None
         sig = 0 if err else _dtype_signature(np.dtype(dtype_descr))
-        cuts = (np.zeros(size - 1, dtype=np.int64) if err or split_k.size == 0 else
+        cuts = (np.zeros(size - 1, dtype=np.int64) if err else
                 _lex_searchsorted(keys, tbs, split_k, None))
         # one reduction: N, errors, a dtype-equality check (Cauchy-Schwarz, as in
         # _redistribute_records) and the splitters' global counts
@@ -1126,7 +1127,6 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
         Local number of pairs below each of the ``P - 1`` splitters.
     targets : numpy.ndarray of int
         Wanted global number of pairs before each cut (the block bounds), non-decreasing.
-
     counts : numpy.ndarray of int, optional
         The splitters' global counts (``cuts`` summed over ranks), where the caller reduced
         them already (with other numbers, in one message).

@@ -165,6 +165,16 @@ def test_parallel_sort_word_records(on_subcomms, n, case, layout):
         check_blocks(values(outcomes), expected, p)
 
 
+def check_uniform_bits(parts: list[dict], expected: dict[str, np.ndarray], p: int) -> None:
+    """:func:`check_blocks`, and the one-value columns' bits (a NaN's payload, -0.0 beside
+    0.0), not only their values."""
+    check_blocks(parts, expected, p)
+    for k in ("nan", "zero"):
+        got = np.concatenate([part[k] for part in parts])
+        np.testing.assert_array_equal(got.view(np.uint64), expected[k].view(np.uint64),
+                                      err_msg=k)
+
+
 def _with_uniform_columns(stars: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``stars`` plus columns of one value (as ``startype`` or a single-mass model's ``m``),
     values equal as floats but not as bits, and one uniform on each third of the stars."""
@@ -214,36 +224,7 @@ def test_parallel_sort_splitter_guesses(on_subcomms, n, case, guess):
                              splitters=split)
 
     for p, outcomes in on_subcomms(run).items():
-        parts = values(outcomes)
-        check_blocks(parts, expected, p)
-        got = {k: np.concatenate([part[k] for part in parts]) for k in ("nan", "zero")}
-        for k in got:  # the bits, not only the values
-            np.testing.assert_array_equal(got[k].view(np.uint64),
-                                          expected[k].view(np.uint64), err_msg=k)
-
-
-@pytest.mark.parametrize("guess", ["exact", "low", "median"])
-def test_parallel_sort_splitter_guesses_no_tiebreak_ties(on_subcomms, guess):
-    """Equal keys, no tiebreak and guessed splitters: block counts, keys in order, every
-    record once (the order among ties is not specified)."""
-    n = 1403
-    stars = global_stars("duplicates", n)
-
-    def run(comm):
-        local = take(stars, local_indices("interleaved", n, comm.size, comm.rank))
-        split = _splitter_guesses(guess, np.sort(stars["r"]), comm.size)
-        return parallel_sort(comm, local, tiebreak=None, splitters=split)
-
-    for p, outcomes in on_subcomms(run).items():
-        parts = values(outcomes)
-        assert [len(x["id"]) for x in parts] == block_counts(n, p).tolist()
-        r = np.concatenate([x["r"] for x in parts])
-        assert np.all(r[1:] >= r[:-1])
-        got = {k: np.concatenate([x[k] for x in parts]) for k in stars}
-        order = np.argsort(got["id"])
-        ref = np.argsort(stars["id"])
-        for k in stars:
-            np.testing.assert_array_equal(got[k][order], stars[k][ref], err_msg=k)
+        check_uniform_bits(values(outcomes), expected, p)
 
 
 @pytest.mark.parametrize("bad", ["nan", "length", "decreasing"])
@@ -287,12 +268,7 @@ def test_parallel_sort_uniform_columns(on_subcomms, n, layout):
         return parallel_sort(comm, take(stars, idx), rows=np.flatnonzero(~dropped[idx]))
 
     for p, outcomes in on_subcomms(run).items():
-        parts = values(outcomes)
-        check_blocks(parts, expected, p)
-        got = {k: np.concatenate([part[k] for part in parts]) for k in ("nan", "zero")}
-        for k in got:  # the bits, not only the values
-            np.testing.assert_array_equal(got[k].view(np.uint64),
-                                          expected[k].view(np.uint64), err_msg=k)
+        check_uniform_bits(values(outcomes), expected, p)
 
 
 @pytest.mark.parametrize("layout", ["uneven", "first"])
@@ -404,17 +380,22 @@ def test_parallel_sort_no_tiebreak(on_subcomms):
         check_blocks(values(outcomes), expected, p)
 
 
-@pytest.mark.parametrize("sample_size", [1, None])
+@pytest.mark.parametrize("sample_size, guess", [(1, None), (None, None), (None, "exact"),
+                                                (None, "low"), (None, "median")])
 @pytest.mark.parametrize("layout", ["uneven", "interleaved"])
-def test_parallel_sort_no_tiebreak_ties(on_subcomms, layout, sample_size):
+def test_parallel_sort_no_tiebreak_ties(on_subcomms, layout, sample_size, guess):
     """Equal keys and no tiebreak: the cuts moved to the block bounds among ties still give
-    every rank its block count, keys in order across ranks and every star once."""
+    every rank its block count, keys in order across ranks and every star once, from
+    sampled splitters or guessed ones."""
     n = 1403
     stars = global_stars("duplicates", n)
 
     def run(comm):
         local = take(stars, local_indices(layout, n, comm.size, comm.rank))
-        return parallel_sort(comm, local, tiebreak=None, sample_size=sample_size)
+        split = None if guess is None else _splitter_guesses(guess, np.sort(stars["r"]),
+                                                             comm.size)
+        return parallel_sort(comm, local, tiebreak=None, sample_size=sample_size,
+                             splitters=split)
 
     for p, outcomes in on_subcomms(run).items():
         parts = values(outcomes)
