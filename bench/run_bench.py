@@ -113,13 +113,27 @@ def collapse_checkpoint(make: bool) -> dict | None:
 ROUNDS = 3
 
 
-def _one_config(step: list[str], config: str, cores: int, rounds: int = ROUNDS) -> list[dict]:
-    """One configuration on 1 thread, on all cores (threads) and on 2 ranks, ``rounds`` times
-    in turn; per row the fastest round, with every round's total (``rounds_us_per_star_step``)."""
+def _commands(step: list[str], cores: int) -> list[tuple[list[str], int]]:
+    """A configuration's runs: (command, numba threads) on 1 thread, all cores, 2 ranks."""
     runs = [(step + ["1"], 1)]
     if cores > 1:
         runs.append((step + [str(cores)], cores))
     runs.append(([str(BIN / "mpiexec"), "-n", "2"] + step + ["1"], 1))
+    return runs
+
+
+def warm_caches(cores: int) -> None:
+    """One small run of each kind (serial, threaded, 2 ranks) before the timed ones: the
+    first process after a change of the kernels compiles them, and its peak memory is the
+    compiler's (a sitting at e462f9b reported 6 and 697 bytes per star for it), its time too."""
+    for cmd, threads in _commands([sys.executable, "bench/bench_step.py", "2000", "2"], cores):
+        _run(cmd, threads)
+
+
+def _one_config(step: list[str], config: str, cores: int, rounds: int = ROUNDS) -> list[dict]:
+    """One configuration on 1 thread, on all cores (threads) and on 2 ranks, ``rounds`` times
+    in turn; per row the fastest round, with every round's total (``rounds_us_per_star_step``)."""
+    runs = _commands(step, cores)
     seen: list[list[dict]] = [[] for _ in runs]
     for _ in range(rounds):
         for k, (cmd, threads) in enumerate(runs):
@@ -142,6 +156,7 @@ def main() -> None:
 
     rng = bench_rng()
     cores = os.cpu_count() or 1
+    warm_caches(cores)
     rows = []
     for n, steps in ([(100_000, 10)] if quick else [(100_000, 21), (1_000_000, 6)]):
         rows += _one_config([sys.executable, "bench/bench_step.py", str(n), str(steps)],
