@@ -587,9 +587,10 @@ def test_partition_matches_searchsorted(ranges):
 @pytest.mark.parametrize("case", ["radii", "normal", "ties", "outliers", "special"])
 def test_bucket_argsort_equals_numpy_stable(case):
     """The local sort's bucket sort gives numpy's stable argsort exactly: negative keys, ties
-    (in input order), +-0.0 (equal), +-inf, NaN (last, in input order), denormals, keys
-    spread over 60 decades (the ordinary keys crowd into a few buckets, which are
-    merge-sorted), and sizes from empty to many buckets."""
+    (in input order; many equal keys fill buckets past the insertion limit, which are
+    merge-sorted), +-0.0 (equal), +-inf, NaN (last, in input order), denormals, keys spread
+    over 60 decades (the ordinary keys in a few coarse bins, each cut into many buckets),
+    and sizes from empty to many buckets."""
     from parallel.sample_sort import bucket_argsort
 
     rng = np.random.default_rng(7)
