@@ -1057,18 +1057,11 @@ def _sample_sort_records(
         split_k, split_t = split
     else:  # the caller's guesses: no sampling round, the cuts are made exact below
         split_k, split_t = splitters, None
-        sig = 0 if err else _dtype_signature(np.dtype(dtype_descr))
         cuts = (np.zeros(size - 1, dtype=np.int64) if err else
                 _lex_searchsorted(keys, tbs, split_k, None))
-        # one reduction: N, errors, a dtype-equality check (Cauchy-Schwarz, as in
-        # _redistribute_records) and the splitters' global counts
-        tot = allreduce_sum(comm, np.concatenate((
-            [n_local, err is not None, sig, sig * sig], cuts)).astype(np.int64))
-        n_total, n_err, s1, s2 = (int(x) for x in tot[:4])
-        if n_err:
-            raise ValueError(err or f"sample_sort: invalid input on {n_err} other rank(s)")
-        if size * s2 != s1 * s1:
-            raise ValueError("sample_sort: record dtypes differ between ranks")
+        # one reduction: N, errors, the dtype check and the splitters' global counts
+        n_total, counts = _checked_total(comm, "sample_sort", n_local, err,
+                                         None if err else np.dtype(dtype_descr), cuts)
 
     # Phase 4: cut at the splitters, exchange the stars that leave this rank.
     if split_k is None:  # no samples at all, hence no stars anywhere
@@ -1081,7 +1074,7 @@ def _sample_sort_records(
     else:  # the columns of one value agreed on with the exact cuts' offers
         bounds, everyone = _exact_cuts(comm, keys, tbs, cuts,
                                        rank_bounds(n_total, size, chunk)[1:-1],
-                                       counts=tot[4:], extra=(same,))
+                                       counts=counts, extra=(same,))
         same = _common_values([x[0] for x in everyone])
     edges = np.concatenate(([0], bounds, [n_local])).astype(np.int64)
     lo, hi = int(edges[me]), int(edges[me + 1])
@@ -1261,22 +1254,32 @@ def _choose_splitters(
     return sk[idx], (st[order][idx] if use_tiebreak else None)
 
 
+def _checked_total(comm: Any, who: str, n_local: int, err: str | None, dtype: np.dtype | None,
+                   extra: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+    """One packed reduction of N, the error count, a dtype-equality check and ``extra``
+    (integers summed over ranks); returns ``(N, extra summed)`` or raises ValueError on every
+    rank.  All dtype signatures are equal iff P sum(sig^2) == sum(sig)^2 (Cauchy-Schwarz),
+    and every rank evaluates the same totals, so all ranks agree."""
+    sig = 0 if dtype is None else _dtype_signature(dtype)
+    extra = np.zeros(0, dtype=np.int64) if extra is None else extra
+    tot = allreduce_sum(comm, np.concatenate((
+        [n_local, err is not None, sig, sig * sig], extra)).astype(np.int64))
+    n_total, n_err, s1, s2 = (int(x) for x in tot[:4])
+    if n_err:
+        raise ValueError(err or f"{who}: invalid input on {n_err} other rank(s)")
+    if comm.Get_size() * s2 != s1 * s1:
+        raise ValueError(f"{who}: record dtypes differ between ranks")
+    return n_total, tot[4:]
+
+
 def _redistribute_records(
     comm: Any, rec: np.ndarray | None, chunk: int, err: str | None = None
 ) -> np.ndarray:
     """Move globally sorted records to the block layout (``size > 1``)."""
     size = comm.Get_size()
     n_local = 0 if rec is None else rec.size
-    sig = 0 if rec is None else _dtype_signature(rec.dtype)
-    # One packed reduction: N, error count and a dtype-equality check. All
-    # signatures are equal iff P * sum(sig^2) == sum(sig)^2 (Cauchy-Schwarz),
-    # and every rank evaluates the same totals, so all ranks agree.
-    tot = allreduce_sum(comm, np.array([n_local, err is not None, sig, sig * sig], dtype=np.int64))
-    n_total, n_err, s1, s2 = (int(x) for x in tot)
-    if n_err:
-        raise ValueError(err or f"redistribute_to_blocks: invalid input on {n_err} other rank(s)")
-    if size * s2 != s1 * s1:
-        raise ValueError("redistribute_to_blocks: record dtypes differ between ranks")
+    n_total, _ = _checked_total(comm, "redistribute_to_blocks", n_local, err,
+                                None if rec is None else rec.dtype)
 
     start = exscan_sum(comm, n_local)
     bounds = rank_bounds(n_total, size, chunk)

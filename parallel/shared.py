@@ -149,6 +149,21 @@ class NodeReplicas:
         win.Sync()
         return anyone
 
+    def _across_nodes(self, win: Any, bounds: np.ndarray, *columns: np.ndarray) -> None:
+        """With several nodes, the leaders complete the other nodes' rows of ``columns`` (each
+        node's ranks wrote theirs: one range of ``bounds`` per node) with an in-place
+        Allgatherv each, then the node syncs (collective; nothing on a single node)."""
+        if self.n_nodes == 1:
+            return
+        MPI = self._mpi
+        if self.leaders != MPI.COMM_NULL:
+            starts = bounds[self.node_first]
+            counts = np.diff(starts)
+            for column in columns:
+                self.leaders.Allgatherv(MPI.IN_PLACE,
+                                        [column, (counts, starts[:-1]), MPI.DOUBLE])
+        self._sync(win)
+
     # ------------------------------------------------------------------ the arrays
     def publish(self, n_total: int, r_local: np.ndarray, m_local: np.ndarray,
                 potential: Callable[..., None]) -> tuple[np.ndarray, ...]:
@@ -172,7 +187,6 @@ class NodeReplicas:
             caller: the radii valid until the call after next (the next step's old radii),
             the others until the next call.
         """
-        MPI = self._mpi
         bounds = rank_bounds(n_total, self.comm.Get_size())
         rank = self.comm.Get_rank()
         lo, hi = int(bounds[rank]), int(bounds[rank + 1])
@@ -196,14 +210,7 @@ class NodeReplicas:
             arrays["r"][lo:hi] = r_local
             arrays["m"][lo:hi] = m_local
         self._sync(win)
-        if self.n_nodes > 1:
-            if self.leaders != MPI.COMM_NULL:
-                starts = bounds[self.node_first]
-                counts = np.diff(starts)
-                for name in ("r", "m"):
-                    self.leaders.Allgatherv(
-                        MPI.IN_PLACE, [arrays[name], (counts, starts[:-1]), MPI.DOUBLE])
-            self._sync(win)
+        self._across_nodes(win, bounds, arrays["r"], arrays["m"])
         views = tuple(arrays[name][:n_total] for name in FIELDS)
         failed: BaseException | None = None
         if self.is_leader:
@@ -237,7 +244,6 @@ class NodeReplicas:
             caller, valid until the next call (which starts with a barrier of the node, after
             which no rank still reads it).
         """
-        MPI = self._mpi
         bounds = rank_bounds(n_total, self.comm.Get_size())
         rank = self.comm.Get_rank()
         lo, hi = int(bounds[rank]), int(bounds[rank + 1])
@@ -250,12 +256,8 @@ class NodeReplicas:
         if not wrong:
             column[lo:hi] = local
         self._sync(win)
-        if self.n_nodes > 1 and n_total <= self.capacity:
-            if self.leaders != MPI.COMM_NULL:
-                starts = bounds[self.node_first]
-                self.leaders.Allgatherv(
-                    MPI.IN_PLACE, [column, (np.diff(starts), starts[:-1]), MPI.DOUBLE])
-            self._sync(win)
+        if n_total <= self.capacity:
+            self._across_nodes(win, bounds, column)
         if wrong:
             raise RuntimeError(f"NodeReplicas.gather: rank {rank} holds {local.shape[0]} rows "
                                f"of {n_total} (layout {hi - lo}, room {self.capacity})")
