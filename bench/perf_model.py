@@ -24,7 +24,8 @@ Model, per step, P ranks of one thread each::
   node-shared window carried, :data:`SHARED_GATHER_BYTES`); each Alltoallv ``(P-1) alpha +
   bytes / beta`` (pairwise exchange), the sort sending the fraction ``1 - (1 - f2)^log2(P)`` of
   its records (f2 measured at P = 2; tends to 1: at large P a star's new radius is almost never
-  in its old rank's range).
+  in its old rank's range); the messages to a neighbouring rank (the orbit blocks of
+  ``run.orbit_balance``) ``alpha`` each and their bytes per own star (:data:`NEIGHBOUR`).
 
 Today's code already makes some passes on each rank's segment (:data:`SEGMENTED`).  A second
 design ("segments") is projected beside it: every remaining replicated pass but the Allgatherv
@@ -81,7 +82,10 @@ SHARED_GATHER_CALLS = 3
 SEGMENTED = frozenset({"potential_energy", "core_properties", "potential_at_sorted_radii",
                        "radius_lookup_table", "window_relaxation_times"})
 SMALL = ("Allreduce", "allreduce", "allgather", "bcast", "Bcast", "gather", "Exscan",
-         "Alltoall", "exscan", "reduce", "Reduce")
+         "Alltoall", "exscan", "reduce", "Reduce", "Allgather")
+#: Messages to one neighbouring rank (the orbit blocks shared by run.orbit_balance): one
+#: latency each whatever P, their bytes growing with the stars of a rank.
+NEIGHBOUR = ("Isend", "Send")
 
 
 def replicated_costs(n: int) -> dict[str, dict[str, float]]:
@@ -187,8 +191,10 @@ def comm_parts(n: int, p: int, traffic: dict, alpha: float | None = None,
         calls, ag_b = calls - 1, ag_b - ENERGY_GATHER_BYTES
     f = 1.0 - (1.0 - traffic["f2"]) ** math.log2(p)
     latency = ((traffic["small_calls"] + calls) * lg
-               + traffic["alltoallv_calls"] * (p - 1)) * alpha
-    bandwidth = ((p - 1) / p * n * ag_b + f * (n / p) * traffic["record_bytes"]) / beta
+               + traffic["alltoallv_calls"] * (p - 1) + traffic.get("neighbour_calls", 0.0)) \
+        * alpha
+    bandwidth = ((p - 1) / p * n * ag_b + f * (n / p) * traffic["record_bytes"]
+                 + (n / p) * traffic.get("neighbour_b", 0.0)) / beta
     return latency, bandwidth
 
 
@@ -210,8 +216,10 @@ def traffic_of(row2: dict, n: int) -> dict:
     ag_b = ag_bytes / (n / 2)  # bytes per star of the replicated arrays
     if row2.get("shared_memory"):  # what the node's window carried: the network's, on P nodes
         ag_calls, ag_b = ag_calls + SHARED_GATHER_CALLS, ag_b + SHARED_GATHER_BYTES
+    near_calls = sum(by.get(k, [0, 0])[0] for k in NEIGHBOUR)
+    near_bytes = sum(by.get(k, [0, 0])[1] for k in NEIGHBOUR)
     return {"small_calls": small, "allgatherv_calls": ag_calls,
-            "ag_b": ag_b,
+            "ag_b": ag_b, "neighbour_calls": near_calls, "neighbour_b": near_bytes / (n / 2),
             "alltoallv_calls": a2a_calls, "record_bytes": rec,
             "f2": min(1.0, a2a_bytes / rec / (n / 2))}
 

@@ -122,6 +122,10 @@ class RunConfig:
                             "MPI-3 shared memory where the ranks of each node are consecutive; "
                             "off: a private copy on every rank.  The same results either way",
                             choices=("auto", "off"))
+    orbit_balance: str = _p("auto", "", "MPI runs with orbit_backend = cpu: auto moves blocks "
+                            "of the orbit kernel's work between neighbouring ranks by their "
+                            "measured cost (outer stars cost more); off: each rank its own.  "
+                            "The same results either way", choices=("auto", "off"))
 
 
 @dataclass

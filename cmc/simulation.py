@@ -20,7 +20,6 @@ that its owner rank would use in a P-rank run, so it reproduces that run bit for
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -29,6 +28,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -53,6 +53,15 @@ from cmc.fields import (
 )
 from cmc.stars import StarTable
 from cmc.units import Units
+from parallel.balance import (
+    TAG_INPUTS,
+    TAG_RESULTS,
+    BlockShare,
+    pack_arrays,
+    recv_bytes,
+    send_bytes,
+    unpack_arrays,
+)
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum, ranked_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout, rank_bounds
 from parallel.sample_sort import parallel_sort
@@ -269,7 +278,8 @@ class Simulation:
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,
                                        collapse_tol=b.collapse_tol))
         #: the orbit kernel: numba on the CPU, or the same kernel on a GPU
-        self.orbits = orbit_kernel(cfg.run.orbit_backend, comm)
+        self.orbits = orbit_kernel(cfg.run.orbit_backend, comm,
+                                   balance=cfg.run.orbit_balance == "auto")
         #: the replicated arrays in the node's shared memory (None: this rank's own copies)
         self.replicas = (NodeReplicas.create(comm) if self.size > 1
                          and cfg.run.shared_memory == "auto" else None)
@@ -1788,17 +1798,18 @@ def check_orbit_backend(backend: str, comm) -> None:
         raise err
 
 
-def orbit_kernel(backend: str, comm):
+def orbit_kernel(backend: str, comm, balance: bool = True):
     """The orbit kernel of ``run.orbit_backend``: :func:`physics.orbits.new_orbits_rows`
     (``cpu``), or a :class:`physics.orbits_gpu.DeviceOrbits` with the same signature.
 
     Collective (:func:`check_orbit_backend`).  With several ranks on a node, rank ``k`` uses
-    device ``k`` modulo the device count.
+    device ``k`` modulo the device count.  ``balance``: on the CPU under MPI, neighbouring
+    ranks share blocks by their measured cost (:class:`SharedTableOrbits`).
     """
     if backend == "cpu":
         if comm.Get_size() == 1:
             return new_orbits_rows
-        return functools.partial(_orbits_shared_table, comm)
+        return SharedTableOrbits(comm, balance)
     check_orbit_backend(backend, comm)
     from physics.orbits_gpu import DeviceOrbits, device_count
 
@@ -1808,22 +1819,112 @@ def orbit_kernel(backend: str, comm):
     return kernel
 
 
-def _orbits_shared_table(comm, r_all: np.ndarray, phi_all: np.ndarray, *rest) -> None:
-    """:func:`physics.orbits.new_orbits_rows` under MPI (collective): the ranks build the
-    radius lookup table together, each the entries of its own segment of ``r_all``
-    (:func:`physics.potential.radius_lookup_entries`) and one Allgatherv of about 2 bytes per
-    star, instead of every rank walking all N radii; the table's values, and so the orbits,
-    are the same bits as a single process's."""
-    n = r_all.shape[0]
-    if n == 0:
-        new_orbits_rows(r_all, phi_all, *rest)
-        return
-    bounds = rank_bounds(n, comm.Get_size())
-    k = comm.Get_rank()
-    lut = allgatherv_array(comm, radius_lookup_entries(r_all, LOOKUP_PER_BUCKET,
-                                                       int(bounds[k]), int(bounds[k + 1])))
-    lut_lo, lut_inv = radius_lookup_scale(r_all, LOOKUP_PER_BUCKET)
-    new_orbits_rows_lut(r_all, phi_all, *rest, lut, lut_lo, lut_inv, numba.get_num_threads())
+#: The orbit kernel's per-block inputs and results that travel when blocks are shared between
+#: neighbouring ranks (:class:`SharedTableOrbits`): (dtype, trailing shape) of each.
+_ORBIT_INPUTS = ((np.int64, ()), (np.int64, ()), (np.float64, ()), (np.float64, ()),
+                 (np.float64, ()), (np.int8, ()), (np.uint32, (4,)))
+_ORBIT_RESULTS = ((np.float64, ()),) * 6 + ((np.int8, ()), (np.uint32, (4,)),
+                                             (np.float64, (2,)))
+
+
+class SharedTableOrbits:
+    """:func:`physics.orbits.new_orbits_rows` under MPI (collective).
+
+    The ranks build the radius lookup table together, each the entries of its own segment of
+    ``r_all`` (:func:`physics.potential.radius_lookup_entries`) and one Allgatherv of about 2
+    bytes per star, instead of every rank walking all N radii; the table's values, and so the
+    orbits, are the same bits as a single process's.
+
+    With ``balance`` (``run.orbit_balance = auto``) neighbouring ranks share blocks by their
+    measured cost (:mod:`parallel.balance`): a block's orbits depend only on its rows, its
+    sub-stream and the replicated arrays, so the results are the same bits whichever rank
+    computes it.  ``share.fixed`` (tests) sets the shifts instead of the measurements.
+    """
+
+    def __init__(self, comm: Any, balance: bool) -> None:
+        self.comm = comm
+        self.share = BlockShare(comm) if balance else None
+
+    def __call__(self, r_all: np.ndarray, phi_all: np.ndarray, mcum_all: np.ndarray,
+                 gidx: np.ndarray, block_start: np.ndarray, m: np.ndarray, vr: np.ndarray,
+                 vt: np.ndarray, states: np.ndarray, r_tidal: float, r_new: np.ndarray,
+                 vr_new: np.ndarray, vt_new: np.ndarray, phi_oo: np.ndarray,
+                 phi_on: np.ndarray, status: np.ndarray, counters: np.ndarray,
+                 r_apo: np.ndarray) -> None:
+        comm = self.comm
+        n = r_all.shape[0]
+        if n == 0:
+            new_orbits_rows(r_all, phi_all, mcum_all, gidx, block_start, m, vr, vt, states,
+                            r_tidal, r_new, vr_new, vt_new, phi_oo, phi_on, status, counters,
+                            r_apo)
+            return
+        bounds = rank_bounds(n, comm.Get_size())
+        k = comm.Get_rank()
+        lut = allgatherv_array(comm, radius_lookup_entries(r_all, LOOKUP_PER_BUCKET,
+                                                           int(bounds[k]), int(bounds[k + 1])))
+        lut_lo, lut_inv = radius_lookup_scale(r_all, LOOKUP_PER_BUCKET)
+        threads = numba.get_num_threads()
+
+        def blocks(b0: int, b1: int, *per_row: np.ndarray) -> None:
+            """The kernel on this rank's blocks ``b0 .. b1 - 1`` (views: results in place)."""
+            rs, re = int(block_start[b0]), int(block_start[b1])
+            g, mm, vvr, vvt, rn, vrn, vtn, poo, pon, stat, ra = (a[rs:re] for a in per_row)
+            new_orbits_rows_lut(r_all, phi_all, mcum_all, g, block_start[b0:b1 + 1] - rs, mm,
+                                vvr, vvt, states[b0:b1], r_tidal, rn, vrn, vtn, poo, pon, stat,
+                                counters[b0:b1], ra, lut, lut_lo, lut_inv, threads)
+
+        rows = (gidx, m, vr, vt, r_new, vr_new, vt_new, phi_oo, phi_on, status, r_apo)
+        nb = states.shape[0]
+        if self.share is None:
+            blocks(0, nb, *rows)
+            return
+        take_left, give_left, give_right, take_right = self.share.plan(nb)
+        given = [(nbr, b0, b1) for nbr, b0, b1 in ((k - 1, 0, give_left),
+                                                   (k + 1, nb - give_right, nb)) if b1 > b0]
+        # the given blocks' inputs go out before anyone computes (the ranks have just met in
+        # the table's Allgatherv): a neighbour computes them after its own
+        requests = []
+        for nbr, b0, b1 in given:
+            rs, re = int(block_start[b0]), int(block_start[b1])
+            requests.append(send_bytes(comm, pack_arrays((
+                block_start[b0:b1 + 1] - rs, gidx[rs:re], m[rs:re], vr[rs:re], vt[rs:re],
+                status[rs:re], states[b0:b1])), nbr, TAG_INPUTS))
+        taken = [(nbr, unpack_arrays(recv_bytes(comm, nbr, TAG_INPUTS), _ORBIT_INPUTS))
+                 for nbr, count in ((k - 1, take_left), (k + 1, take_right)) if count]
+        _wait_all(requests)
+        t0 = time.perf_counter()
+        blocks(give_left, nb - give_right, *rows)
+        done = nb - give_left - give_right
+        requests = []
+        for nbr, (bs, g, mm, vvr, vvt, stat, st) in taken:
+            rn, poo, pon, ra = (np.empty(g.shape[0]) for _ in range(4))
+            vrn, vtn = vvr.copy(), vvt.copy()  # (escapers keep their velocities, as here)
+            cnt = np.zeros((st.shape[0], 2))
+            new_orbits_rows_lut(r_all, phi_all, mcum_all, g, bs, mm, vvr, vvt, st, r_tidal, rn,
+                                vrn, vtn, poo, pon, stat, cnt, ra, lut, lut_lo, lut_inv,
+                                threads)
+            requests.append(send_bytes(comm, pack_arrays((rn, vrn, vtn, poo, pon, ra, stat, st,
+                                                          cnt)), nbr, TAG_RESULTS))
+            done += st.shape[0]
+        self.share.measured(time.perf_counter() - t0, done)
+        for nbr, b0, b1 in given:
+            rs, re = int(block_start[b0]), int(block_start[b1])
+            rn, vrn, vtn, poo, pon, ra, stat, st, cnt = unpack_arrays(
+                recv_bytes(comm, nbr, TAG_RESULTS), _ORBIT_RESULTS)
+            for out, got in zip((r_new, vr_new, vt_new, phi_oo, phi_on, r_apo, status),
+                                (rn, vrn, vtn, poo, pon, ra, stat), strict=True):
+                out[rs:re] = got
+            states[b0:b1] = st
+            counters[b0:b1] = cnt
+        _wait_all(requests)
+
+
+def _wait_all(requests: list) -> None:
+    """Complete posted sends (mpi4py requests)."""
+    if requests:
+        from mpi4py import MPI
+
+        MPI.Request.Waitall(requests)
 
 
 def scatter_global(comm, glob: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:

@@ -484,7 +484,8 @@ class CountingComm:
 
     Wraps an mpi4py intracommunicator (or :class:`SerialComm`) and forwards every call; for
     :mod:`make bench <bench.run_bench>` (measured bytes and messages per step, not estimates).
-    Payload is what this rank contributes to a collective: its send buffer (buffer methods;
+    Payload is what this rank contributes to a collective or sends to one rank (``Isend``,
+    ``Send``): its send buffer (buffer methods;
     for ``Alltoallv``/``Allgatherv`` the counts it sends) or the pickled object (lower-case
     methods).  ``counts`` maps method name to ``[calls, bytes]``; ``seconds`` to the wall
     time this rank spent inside the calls (waiting for the other ranks included).
@@ -493,7 +494,7 @@ class CountingComm:
     _SENDERS = frozenset({"Allreduce", "Reduce", "Allgather", "Allgatherv", "Gather", "Gatherv",
                           "Alltoall", "Alltoallv", "Exscan", "Scan", "Bcast", "bcast",
                           "allreduce", "reduce", "allgather", "gather", "scatter", "alltoall",
-                          "exscan", "scan", "Barrier"})
+                          "exscan", "scan", "Barrier", "Isend", "Send"})
 
     def __init__(self, comm: Any):
         self._comm = comm

@@ -154,6 +154,25 @@ def test_shared_window_traffic_counts_as_network():
         assert latency > 0.0 and bandwidth > (p - 1) / p * n * 16.0 / perf_model.BETA_BPS
 
 
+def test_neighbour_messages_cost_one_latency_whatever_p():
+    """The orbit blocks shared between neighbouring ranks (two Isends per step, their bytes per
+    own star) add one latency per message at any P, not one per doubling, and bytes that
+    shrink with the stars of a rank."""
+    import perf_model
+
+    n = 100_000
+    row = {"sent_by_method_rank0": {"Allreduce": [3, 56], "Allgatherv": [3, 2.7e4],
+                                    "Alltoallv": [1, 4.4e5]}}
+    near = {"sent_by_method_rank0": {**row["sent_by_method_rank0"], "Isend": [2, 5.0e4]}}
+    base, with_near = perf_model.traffic_of(row, n), perf_model.traffic_of(near, n)
+    assert with_near["neighbour_calls"] == 2 and with_near["neighbour_b"] == pytest.approx(1.0)
+    for p in (2, 1024):
+        lat0, bw0 = perf_model.comm_parts(n, p, base)
+        lat1, bw1 = perf_model.comm_parts(n, p, with_near)
+        assert lat1 - lat0 == pytest.approx(2 * perf_model.ALPHA_S)
+        assert bw1 - bw0 == pytest.approx(n / p * 1.0 / perf_model.BETA_BPS)
+
+
 def test_collapse_target_splits_the_run(capsys):
     """A missed time to collapse says how long the run's steps took and where that time went
     (the run's own timing summary), beside this sitting's step deep in collapse."""
