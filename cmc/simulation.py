@@ -1842,8 +1842,9 @@ class SharedTableOrbits:
     """
 
     def __init__(self, comm: Any, balance: bool) -> None:
+        #: the communicator (the bench swaps in a counting one)
         self.comm = comm
-        self.share = BlockShare(comm) if balance else None
+        self.share = BlockShare(comm.Get_size()) if balance else None
 
     def __call__(self, r_all: np.ndarray, phi_all: np.ndarray, mcum_all: np.ndarray,
                  gidx: np.ndarray, block_start: np.ndarray, m: np.ndarray, vr: np.ndarray,
@@ -1878,7 +1879,7 @@ class SharedTableOrbits:
         if self.share is None:
             blocks(0, nb, *rows)
             return
-        take_left, give_left, give_right, take_right = self.share.plan(nb)
+        take_left, give_left, give_right, take_right = self.share.plan(comm, nb)
         given = [(nbr, b0, b1) for nbr, b0, b1 in ((k - 1, 0, give_left),
                                                    (k + 1, nb - give_right, nb)) if b1 > b0]
         # the given blocks' inputs go out before anyone computes (the ranks have just met in

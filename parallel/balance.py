@@ -155,25 +155,24 @@ class BlockShare:
     rank) sets the shifts instead of the measurements.
     """
 
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm
-        self.shifts = np.zeros(max(comm.Get_size() - 1, 0))
+    def __init__(self, n_ranks: int) -> None:
+        self.shifts = np.zeros(max(n_ranks - 1, 0))
         self.fixed: np.ndarray | None = None
         self._seconds = 0.0
         self._done = 0
 
-    def plan(self, owned: int) -> tuple[int, int, int, int]:
+    def plan(self, comm: Any, owned: int) -> tuple[int, int, int, int]:
         """This call's ``(take_left, give_left, give_right, take_right)`` (:func:`transfers`)
-        for a rank holding ``owned`` blocks (collective: one Allgather of three numbers)."""
+        for a rank of ``comm`` holding ``owned`` blocks (collective: one Allgather of three
+        numbers)."""
         if self.fixed is not None:
             self.shifts = np.array(self.fixed, dtype=np.float64)
-            return transfers(self.shifts, self.comm.Get_rank())
-        size = self.comm.Get_size()
+            return transfers(self.shifts, comm.Get_rank())
         mine = np.array([self._seconds, self._done, owned], dtype=np.float64)
-        every = np.empty((size, 3))
-        self.comm.Allgather(mine, every)
+        every = np.empty((comm.Get_size(), 3))
+        comm.Allgather(mine, every)
         self.shifts = neighbour_shifts(every[:, 0], every[:, 1], every[:, 2], self.shifts)
-        return transfers(self.shifts, self.comm.Get_rank())
+        return transfers(self.shifts, comm.Get_rank())
 
     def measured(self, seconds: float, done: int) -> None:
         """The kernel's compute time at this call [s] and the blocks it computed."""
