@@ -1831,9 +1831,9 @@ class SharedTableOrbits:
     """:func:`physics.orbits.new_orbits_rows` under MPI (collective).
 
     The ranks build the radius lookup table together, each the entries of its own segment of
-    ``r_all`` (:func:`physics.potential.radius_lookup_entries`) and one Allgatherv of about 2
-    bytes per star, instead of every rank walking all N radii; the table's values, and so the
-    orbits, are the same bits as a single process's.
+    ``r_all`` (:func:`physics.potential.radius_lookup_entries`), one Allgather of the segments'
+    sizes and one Allgatherv of about 2 bytes per star, instead of every rank walking all N
+    radii; the table's values, and so the orbits, are the same bits as a single process's.
 
     With ``balance`` (``run.orbit_balance = auto``) neighbouring ranks share blocks by their
     measured cost (:mod:`parallel.balance`): a block's orbits depend only on its rows, its
@@ -1859,10 +1859,18 @@ class SharedTableOrbits:
                             r_tidal, r_new, vr_new, vt_new, phi_oo, phi_on, status, counters,
                             r_apo)
             return
-        bounds = rank_bounds(n, comm.Get_size())
+        size = comm.Get_size()
+        bounds = rank_bounds(n, size)
         k = comm.Get_rank()
-        lut = allgatherv_array(comm, radius_lookup_entries(r_all, LOOKUP_PER_BUCKET,
-                                                           int(bounds[k]), int(bounds[k + 1])))
+        nb = states.shape[0]
+        entries = radius_lookup_entries(r_all, LOOKUP_PER_BUCKET, int(bounds[k]),
+                                        int(bounds[k + 1]))
+        # one Allgather: the table's sizes, and what the ranks share blocks by
+        head = np.array([entries.shape[0], *(self.share.report(nb) if self.share else ())],
+                        dtype=np.float64)
+        every = np.empty((size, head.shape[0]))
+        comm.Allgather(head, every)
+        lut = allgatherv_array(comm, entries, rows=every[:, 0].astype(np.int64))
         lut_lo, lut_inv = radius_lookup_scale(r_all, LOOKUP_PER_BUCKET)
         threads = numba.get_num_threads()
 
@@ -1875,11 +1883,10 @@ class SharedTableOrbits:
                                 counters[b0:b1], ra, lut, lut_lo, lut_inv, threads)
 
         rows = (gidx, m, vr, vt, r_new, vr_new, vt_new, phi_oo, phi_on, status, r_apo)
-        nb = states.shape[0]
         if self.share is None:
             blocks(0, nb, *rows)
             return
-        take_left, give_left, give_right, take_right = self.share.plan(comm, nb)
+        take_left, give_left, give_right, take_right = self.share.decide(every[:, 1:], k)
         given = [(nbr, b0, b1) for nbr, b0, b1 in ((k - 1, 0, give_left),
                                                    (k + 1, nb - give_right, nb)) if b1 > b0]
         # the given blocks' inputs go out before anyone computes (the ranks have just met in

@@ -20,16 +20,18 @@ block changes only the time, never the results.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 #: Largest fraction of a rank's blocks that one boundary's shift may move away from it.
 MAX_FRACTION = 0.25
 #: Fraction of the measured imbalance corrected per call (the rest waits for further
 #: measurements: a single call's time varies by several per cent).
-DAMPING = 0.5
+DAMPING = 0.3
 #: Shifts smaller than this many blocks move nothing (the messages would cost more).
 MIN_BLOCKS = 4
 #: Message tags of the blocks' inputs and results.
@@ -65,19 +67,35 @@ def neighbour_shifts(times: np.ndarray, done: np.ndarray, owned: np.ndarray,
         rank ``j`` computes the first blocks of rank ``j + 1``; negative, rank ``j + 1`` the
         last blocks of rank ``j``.
     """
-    times = np.asarray(times, dtype=np.float64)
-    done = np.asarray(done, dtype=np.float64)
-    owned = np.asarray(owned, dtype=np.float64)
-    shifts = np.array(previous, dtype=np.float64)
-    if np.all(times > 0.0) and np.all(done > 0.0):
-        per_block = times / done
-        # the work left of each boundary over its fair share: positive moves the boundary left
-        excess = np.cumsum(times - times.mean())[:-1]
-        left, right = per_block[:-1], per_block[1:]
-        shifts -= damping * excess / np.where(excess > 0.0, left, right)
-    # a rank gives at most max_fraction of its blocks across each boundary
-    return np.clip(shifts, -np.floor(max_fraction * owned[:-1]),
-                   np.floor(max_fraction * owned[1:]))
+    return _shifts(np.asarray(times, dtype=np.float64), np.asarray(done, dtype=np.float64),
+                   np.asarray(owned, dtype=np.float64), np.asarray(previous, dtype=np.float64),
+                   float(damping), float(max_fraction))
+
+
+@njit(cache=True)
+def _shifts(times, done, owned, previous, damping, max_fraction):
+    """:func:`neighbour_shifts` (compiled: numpy's calls on a few numbers cost 0.1 ms per
+    step in the step's cold caches)."""
+    p = times.shape[0]
+    out = previous.copy()
+    measured = True
+    total = 0.0
+    for j in range(p):
+        measured = measured and times[j] > 0.0 and done[j] > 0.0
+        total += times[j]
+    mean = total / p
+    excess = 0.0
+    for j in range(p - 1):
+        if measured:
+            # the work left of boundary j over its fair share: positive moves it left, at the
+            # cost per block of the rank the blocks leave
+            excess += times[j] - mean
+            per_block = times[j] / done[j] if excess > 0.0 else times[j + 1] / done[j + 1]
+            out[j] -= damping * excess / per_block
+        lo = -math.floor(max_fraction * owned[j])
+        hi = math.floor(max_fraction * owned[j + 1])
+        out[j] = min(max(out[j], lo), hi)
+    return out
 
 
 def transfers(shifts: np.ndarray, rank: int, min_blocks: int = MIN_BLOCKS) -> tuple[int, ...]:
@@ -85,9 +103,9 @@ def transfers(shifts: np.ndarray, rank: int, min_blocks: int = MIN_BLOCKS) -> tu
     in blocks (its left neighbour's last, its own first, its own last, its right neighbour's
     first)."""
     def moved(j: int) -> int:
-        if j < 0 or j >= shifts.shape[0]:
+        if j < 0 or j >= len(shifts):
             return 0
-        s = int(np.rint(shifts[j]))
+        s = round(float(shifts[j]))
         return s if abs(s) >= min_blocks else 0
 
     s_left, s_right = moved(rank - 1), moved(rank)
@@ -150,9 +168,10 @@ def recv_bytes(comm: Any, source: int, tag: int) -> np.ndarray:
 class BlockShare:
     """The shifts of one kernel's blocks between neighbouring ranks (see the module text).
 
-    Call :meth:`plan` (collective) at the start of each call of the kernel, and
-    :meth:`measured` with the kernel's time after it.  ``fixed`` (tests: the same on every
-    rank) sets the shifts instead of the measurements.
+    Before each call of the kernel every rank's :meth:`report` is gathered (the caller's
+    collective: the orbit kernel's carries its lookup table's sizes too) and :meth:`decide`
+    reads them; :meth:`measured` takes the kernel's time after it.  ``fixed`` (tests: the same
+    on every rank) sets the shifts instead of the measurements.
     """
 
     def __init__(self, n_ranks: int) -> None:
@@ -161,18 +180,21 @@ class BlockShare:
         self._seconds = 0.0
         self._done = 0
 
-    def plan(self, comm: Any, owned: int) -> tuple[int, int, int, int]:
-        """This call's ``(take_left, give_left, give_right, take_right)`` (:func:`transfers`)
-        for a rank of ``comm`` holding ``owned`` blocks (collective: one Allgather of three
-        numbers)."""
+    def report(self, owned: int) -> tuple[float, float, float]:
+        """What this rank tells the others before a call (:meth:`decide` reads every rank's):
+        its kernel's last time [s], the blocks it computed then, and the blocks it holds."""
+        return self._seconds, float(self._done), float(owned)
+
+    def decide(self, reports: np.ndarray, rank: int) -> tuple[int, int, int, int]:
+        """This call's ``(take_left, give_left, give_right, take_right)`` of ``rank``
+        (:func:`transfers`) from every rank's :meth:`report`, shape (P, 3) (the same on
+        every rank, so every rank decides the same)."""
         if self.fixed is not None:
             self.shifts = np.array(self.fixed, dtype=np.float64)
-            return transfers(self.shifts, comm.Get_rank())
-        mine = np.array([self._seconds, self._done, owned], dtype=np.float64)
-        every = np.empty((comm.Get_size(), 3))
-        comm.Allgather(mine, every)
-        self.shifts = neighbour_shifts(every[:, 0], every[:, 1], every[:, 2], self.shifts)
-        return transfers(self.shifts, comm.Get_rank())
+        else:
+            self.shifts = neighbour_shifts(reports[:, 0], reports[:, 1], reports[:, 2],
+                                           self.shifts)
+        return transfers(self.shifts, rank)
 
     def measured(self, seconds: float, done: int) -> None:
         """The kernel's compute time at this call [s] and the blocks it computed."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from parallel.balance import (
+    DAMPING,
     MIN_BLOCKS,
     neighbour_shifts,
     pack_arrays,
@@ -86,10 +87,13 @@ def test_shift_is_at_most_a_quarter_of_the_donor():
 
 
 def test_shift_size_follows_the_measured_imbalance():
-    """Rank 1 takes 20 % longer: half the difference (damping 0.5) moved at rank 1's cost per
-    block, i.e. 0.5 * 0.1 / (1.2 / 100) blocks to rank 0."""
+    """Rank 1 takes 20 % longer: the fraction DAMPING of the excess over the mean (0.1) moved
+    at rank 1's cost per block, i.e. DAMPING * 0.1 / (1.2 / 100) blocks to rank 0."""
     shifts = neighbour_shifts(np.array([1.0, 1.2]), np.array([100.0, 100.0]),
                               np.array([100, 100]), np.zeros(1))
+    assert shifts[0] == pytest.approx(DAMPING * 0.1 / 0.012)
+    shifts = neighbour_shifts(np.array([1.0, 1.2]), np.array([100.0, 100.0]),
+                              np.array([100, 100]), np.zeros(1), damping=0.5)
     assert shifts[0] == pytest.approx(0.5 * 0.1 / 0.012)
     assert transfers(shifts, 0) == (0, 0, 0, 4)
     assert transfers(shifts, 1) == (0, 4, 0, 0)
@@ -119,3 +123,27 @@ def test_pack_unpack_round_trip_keeps_values_and_alignment():
         assert b.ctypes.data % 8 == 0
     with pytest.raises(ValueError, match="2 arrays"):
         unpack_arrays(pack_arrays(arrays[:2]), [(np.int64, ())])
+
+
+def _shifts_reference(times, done, owned, previous, damping, max_fraction):
+    """Plain numpy twin of the compiled controller."""
+    shifts = np.array(previous, dtype=float)
+    if np.all(times > 0.0) and np.all(done > 0.0):
+        per_block = times / done
+        excess = np.cumsum(times - times.mean())[:-1]
+        shifts -= damping * excess / np.where(excess > 0.0, per_block[:-1], per_block[1:])
+    return np.clip(shifts, -np.floor(max_fraction * owned[:-1]),
+                   np.floor(max_fraction * owned[1:]))
+
+
+@pytest.mark.parametrize("p", [2, 3, 7, 64])
+def test_compiled_controller_equals_numpy_twin(p):
+    rng = np.random.default_rng(p)
+    for _ in range(20):
+        times = rng.uniform(0.5, 1.5, p)
+        done = rng.integers(1, 300, p).astype(float)
+        owned = rng.integers(0, 300, p).astype(float)
+        previous = rng.normal(0.0, 30.0, p - 1)
+        got = neighbour_shifts(times, done, owned, previous, 0.3, 0.25)
+        want = _shifts_reference(times, done, owned, previous, 0.3, 0.25)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
