@@ -37,6 +37,28 @@ def _cfg(p_emul: int, n: int = 2000, steps: int = 50, binaries: float = 0.0,
                               f"initial.binary_fraction={binaries}", *extra])
 
 
+def _run_and_emulation(world, steps: int, prepare=None, **cfg):
+    """``steps`` steps on ``world`` and, on rank 0, of its serial emulation (``_cfg(**cfg)``):
+    ``(stars, diagnostics)`` of the run, then of the emulation (None on the other ranks).
+    ``prepare(sim)`` sees the parallel run before its first step."""
+    p = world.size
+    sim = Simulation.create(_cfg(0, **cfg), world)
+    if prepare is not None:
+        prepare(sim)
+    for _ in range(steps):
+        sim.step()
+    par = sim.gather_stars()
+    par_diag = {k: np.asarray(v) for k, v in sim.history.items()}
+    ser = ser_diag = None
+    if world.rank == 0:  # the serial emulation of p ranks, computed on rank 0
+        emu = Simulation.create(_cfg(p if p > 1 else 0, **cfg), SerialComm())
+        for _ in range(steps):
+            emu.step()
+        ser = emu.gather_stars()
+        ser_diag = {k: np.asarray(v) for k, v in emu.history.items()}
+    return par, par_diag, ser, ser_diag
+
+
 @pytest.mark.parametrize("binaries,tidal", [(0.0, False), (0.2, False), (0.0, True),
                                             (0.2, True)])
 def test_parallel_run_equals_serial_emulation(world, binaries, tidal):
@@ -44,22 +66,9 @@ def test_parallel_run_equals_serial_emulation(world, binaries, tidal):
     centre of mass through the sample sort and the redistribution, encounters draw from their
     block's sub-stream and products stay in their block.  With a shrinking tidal radius the
     iterative stripping decides on the same bits on every rank count."""
-    p = world.size
     extra = TIDAL if tidal else ()
-    sim = Simulation.create(_cfg(0, binaries=binaries, extra=extra), world)
-    for _ in range(50):
-        sim.step()
-    par = sim.gather_stars()
-    par_diag = {k: np.asarray(v) for k, v in sim.history.items()}
-    # the serial emulation of p ranks, computed on rank 0 and shared
-    ser = ser_diag = None
-    if world.rank == 0:
-        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=binaries, extra=extra),
-                                SerialComm())
-        for _ in range(50):
-            emu.step()
-        ser = emu.gather_stars()
-        ser_diag = {k: np.asarray(v) for k, v in emu.history.items()}
+    par, par_diag, ser, ser_diag = _run_and_emulation(world, 50, binaries=binaries,
+                                                      extra=extra)
     verdict = None
     if world.rank == 0:
         keys = ("id", "r", "m", "vr", "vt") + (("binind", "bin_a", "bin_e", "bin_m1",
@@ -96,22 +105,16 @@ def test_shared_orbit_blocks_equal_serial_emulation(world, sign, binaries):
     The blocks' inputs, stream states and results travel, and the run equals its serial
     emulation bit for bit, also with strong encounters (blocks of uneven rows)."""
     p = world.size
-    sim = Simulation.create(_cfg(0, binaries=binaries), world)
-    share = getattr(sim.orbits, "share", None)
-    if p > 1:
-        share.fixed = np.array([sign * (6 if j % 2 == 0 else -8) for j in range(p - 1)],
-                               dtype=float)
-    for _ in range(30):
-        sim.step()
-    par = sim.gather_stars()
-    par_diag = {k: np.asarray(v) for k, v in sim.history.items()}
+
+    def fix_shifts(sim):
+        if p > 1:
+            sim.orbits.share.fixed = np.array(
+                [sign * (6 if j % 2 == 0 else -8) for j in range(p - 1)], dtype=float)
+
+    par, par_diag, ser, ser_diag = _run_and_emulation(world, 30, fix_shifts,
+                                                      binaries=binaries)
     verdict = None
     if world.rank == 0:
-        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=binaries), SerialComm())
-        for _ in range(30):
-            emu.step()
-        ser = emu.gather_stars()
-        ser_diag = {k: np.asarray(v) for k, v in emu.history.items()}
         same = {k: bool(np.array_equal(par[k], ser[k])) for k in par}
         rel = sorted(k for k in par_diag if par_diag[k].tobytes() != ser_diag[k].tobytes())
         verdict = (same, rel)
@@ -298,17 +301,9 @@ def test_old_potential_lookup_equals_serial_emulation(world, monkeypatch):
     import cmc.simulation as cs
 
     monkeypatch.setattr(cs, "OLD_POTENTIAL_LOOKUP_MIN_RANKS", 2)
-    p = world.size
-    sim = Simulation.create(_cfg(0, binaries=0.1), world)
-    for _ in range(30):
-        sim.step()
-    par = sim.gather_stars()
+    par, _, ser, _ = _run_and_emulation(world, 30, binaries=0.1)
     verdict = None
     if world.rank == 0:
-        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=0.1), SerialComm())
-        for _ in range(30):
-            emu.step()
-        ser = emu.gather_stars()
         verdict = {k: bool(np.array_equal(par[k], ser[k])) for k in par}
     same = world.bcast(verdict, root=0)
     assert all(same.values()), same
