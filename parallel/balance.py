@@ -189,8 +189,10 @@ class BlockShare:
         """This call's ``(take_left, give_left, give_right, take_right)`` of ``rank``
         (:func:`transfers`) from every rank's :meth:`report`, shape (P, 3) (the same on
         every rank, so every rank decides the same)."""
-        if self.fixed is not None:
-            self.shifts = np.array(self.fixed, dtype=np.float64)
+        if self.fixed is not None:  # (clipped to the blocks held, as measured shifts are)
+            p = reports.shape[0]
+            self.shifts = neighbour_shifts(np.zeros(p), np.zeros(p), reports[:, 2],
+                                           np.array(self.fixed, dtype=np.float64))
         else:
             self.shifts = neighbour_shifts(reports[:, 0], reports[:, 1], reports[:, 2],
                                            self.shifts)

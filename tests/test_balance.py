@@ -147,3 +147,14 @@ def test_compiled_controller_equals_numpy_twin(p):
         got = neighbour_shifts(times, done, owned, previous, 0.3, 0.25)
         want = _shifts_reference(times, done, owned, previous, 0.3, 0.25)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+def test_fixed_shifts_are_clipped_to_the_blocks_held():
+    """Shifts set by hand (tests) obey the same limit as measured ones."""
+    from parallel.balance import BlockShare
+
+    share = BlockShare(3)
+    share.fixed = np.array([500.0, -500.0])
+    reports = np.array([[0.0, 0.0, 40.0], [0.0, 0.0, 80.0], [0.0, 0.0, 20.0]])
+    assert share.decide(reports, 1) == (0, 20, 20, 0)
+    assert np.array_equal(share.shifts, [20.0, -20.0])
