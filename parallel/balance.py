@@ -34,6 +34,8 @@ MAX_FRACTION = 0.25
 DAMPING = 0.3
 #: Shifts smaller than this many blocks move nothing (the messages would cost more).
 MIN_BLOCKS = 4
+#: Factor by which a shift inside that dead band decays at each call (:func:`neighbour_shifts`).
+DEAD_BAND_DECAY = 0.5
 #: Message tags of the blocks' inputs and results.
 TAG_INPUTS = 0x4F42
 TAG_RESULTS = 0x4F43
@@ -59,6 +61,10 @@ def neighbour_shifts(times: np.ndarray, done: np.ndarray, owned: np.ndarray,
         Fraction of the imbalance corrected at once.
     max_fraction : float
         Largest share of the donor's blocks one shift moves.
+
+    A shift that stays inside the dead band of :func:`transfers` (nothing moves) decays by
+    :data:`DEAD_BAND_DECAY` per call, so that small needs and noise do not add up into blocks
+    travelling every other call.
 
     Returns
     -------
@@ -92,6 +98,11 @@ def _shifts(times, done, owned, previous, damping, max_fraction):
             excess += times[j] - mean
             per_block = times[j] / done[j] if excess > 0.0 else times[j + 1] / done[j + 1]
             out[j] -= damping * excess / per_block
+        if measured and abs(out[j]) < MIN_BLOCKS - 0.5:
+            # inside the dead band (nothing moves) the shift decays: a need of fewer blocks
+            # than the messages are worth, or the timers' noise, no longer adds up until it
+            # crosses the band and blocks travel every other call
+            out[j] *= DEAD_BAND_DECAY
         lo = -math.floor(max_fraction * owned[j])
         hi = math.floor(max_fraction * owned[j + 1])
         out[j] = min(max(out[j], lo), hi)

@@ -9,6 +9,7 @@ import pytest
 
 from parallel.balance import (
     DAMPING,
+    DEAD_BAND_DECAY,
     MIN_BLOCKS,
     neighbour_shifts,
     pack_arrays,
@@ -87,16 +88,18 @@ def test_shift_is_at_most_a_quarter_of_the_donor():
 
 
 def test_shift_size_follows_the_measured_imbalance():
-    """Rank 1 takes 20 % longer: the fraction DAMPING of the excess over the mean (0.1) moved
-    at rank 1's cost per block, i.e. DAMPING * 0.1 / (1.2 / 100) blocks to rank 0."""
-    shifts = neighbour_shifts(np.array([1.0, 1.2]), np.array([100.0, 100.0]),
-                              np.array([100, 100]), np.zeros(1))
-    assert shifts[0] == pytest.approx(DAMPING * 0.1 / 0.012)
-    shifts = neighbour_shifts(np.array([1.0, 1.2]), np.array([100.0, 100.0]),
-                              np.array([100, 100]), np.zeros(1), damping=0.5)
-    assert shifts[0] == pytest.approx(0.5 * 0.1 / 0.012)
-    assert transfers(shifts, 0) == (0, 0, 0, 4)
-    assert transfers(shifts, 1) == (0, 4, 0, 0)
+    """Rank 1 takes 50 % longer: the fraction DAMPING of the excess over the mean (0.25) moved
+    at rank 1's cost per block, i.e. DAMPING * 0.25 / (1.5 / 100) blocks to rank 0; a shift
+    inside the dead band (here from a 10 % difference) decays instead."""
+    times, done, owned = np.array([1.0, 1.5]), np.array([100.0, 100.0]), np.array([100, 100])
+    shifts = neighbour_shifts(times, done, owned, np.zeros(1))
+    assert shifts[0] == pytest.approx(DAMPING * 0.25 / 0.015)
+    shifts = neighbour_shifts(times, done, owned, np.zeros(1), damping=0.5)
+    assert shifts[0] == pytest.approx(0.5 * 0.25 / 0.015)
+    assert transfers(shifts, 0) == (0, 0, 0, 8)
+    assert transfers(shifts, 1) == (0, 8, 0, 0)
+    shifts = neighbour_shifts(np.array([1.0, 1.1]), done, owned, np.zeros(1))
+    assert shifts[0] == pytest.approx(DEAD_BAND_DECAY * DAMPING * 0.05 / 0.011)
 
 
 def test_transfers_sides_and_dead_band():
@@ -132,6 +135,7 @@ def _shifts_reference(times, done, owned, previous, damping, max_fraction):
         per_block = times / done
         excess = np.cumsum(times - times.mean())[:-1]
         shifts -= damping * excess / np.where(excess > 0.0, per_block[:-1], per_block[1:])
+        shifts = np.where(np.abs(shifts) < MIN_BLOCKS - 0.5, shifts * DEAD_BAND_DECAY, shifts)
     return np.clip(shifts, -np.floor(max_fraction * owned[:-1]),
                    np.floor(max_fraction * owned[1:]))
 
@@ -158,3 +162,21 @@ def test_fixed_shifts_are_clipped_to_the_blocks_held():
     reports = np.array([[0.0, 0.0, 40.0], [0.0, 0.0, 80.0], [0.0, 0.0, 20.0]])
     assert share.decide(reports, 1) == (0, 20, 20, 0)
     assert np.array_equal(share.shifts, [20.0, -20.0])
+
+
+def test_small_imbalance_moves_nothing_instead_of_every_other_call():
+    """A need below the dead band (4 % between two ranks of 100 blocks: about one block) once
+    made the shift add up, cross the band, move 4 blocks, fall back, and so on; the shift now
+    decays inside the band and no block moves in 60 calls."""
+    owned = 100
+    costs = np.concatenate((np.full(owned, 1.0), np.full(owned, 1.04)))
+    shifts = np.zeros(1)
+    times = done = np.zeros(2)
+    moved = 0
+    for _ in range(60):
+        shifts = neighbour_shifts(times, done, np.full(2, owned), shifts)
+        b = _computed_ranges(shifts, owned, 2)
+        moved += int(b[1] != owned)
+        times = np.array([costs[:b[1]].sum(), costs[b[1]:].sum()])
+        done = np.diff(b).astype(float)
+    assert moved == 0
