@@ -191,10 +191,10 @@ def comm_parts(n: int, p: int, traffic: dict, alpha: float | None = None,
         calls, ag_b = calls - 1, ag_b - ENERGY_GATHER_BYTES
     f = 1.0 - (1.0 - traffic["f2"]) ** math.log2(p)
     latency = ((traffic["small_calls"] + calls) * lg
-               + traffic["alltoallv_calls"] * (p - 1) + traffic.get("neighbour_calls", 0.0)) \
+               + traffic["alltoallv_calls"] * (p - 1) + traffic["neighbour_calls"]) \
         * alpha
     bandwidth = ((p - 1) / p * n * ag_b + f * (n / p) * traffic["record_bytes"]
-                 + (n / p) * traffic.get("neighbour_b", 0.0)) / beta
+                 + (n / p) * traffic["neighbour_b"]) / beta
     return latency, bandwidth
 
 

@@ -1874,17 +1874,22 @@ class SharedTableOrbits:
         lut_lo, lut_inv = radius_lookup_scale(r_all, LOOKUP_PER_BUCKET)
         threads = numba.get_num_threads()
 
-        def blocks(b0: int, b1: int, *per_row: np.ndarray) -> None:
+        def kernel(bs, g, mm, vvr, vvt, st, rn, vrn, vtn, poo, pon, stat, cnt, ra) -> None:
+            """The kernel on one set of blocks (``bs``: their first rows, then the end)."""
+            new_orbits_rows_lut(r_all, phi_all, mcum_all, g, bs, mm, vvr, vvt, st, r_tidal, rn,
+                                vrn, vtn, poo, pon, stat, cnt, ra, lut, lut_lo, lut_inv,
+                                threads)
+
+        def own(b0: int, b1: int) -> None:
             """The kernel on this rank's blocks ``b0 .. b1 - 1`` (views: results in place)."""
             rs, re = int(block_start[b0]), int(block_start[b1])
-            g, mm, vvr, vvt, rn, vrn, vtn, poo, pon, stat, ra = (a[rs:re] for a in per_row)
-            new_orbits_rows_lut(r_all, phi_all, mcum_all, g, block_start[b0:b1 + 1] - rs, mm,
-                                vvr, vvt, states[b0:b1], r_tidal, rn, vrn, vtn, poo, pon, stat,
-                                counters[b0:b1], ra, lut, lut_lo, lut_inv, threads)
+            g, mm, vvr, vvt, rn, vrn, vtn, poo, pon, stat, ra = (a[rs:re] for a in (
+                gidx, m, vr, vt, r_new, vr_new, vt_new, phi_oo, phi_on, status, r_apo))
+            kernel(block_start[b0:b1 + 1] - rs, g, mm, vvr, vvt, states[b0:b1], rn, vrn, vtn,
+                   poo, pon, stat, counters[b0:b1], ra)
 
-        rows = (gidx, m, vr, vt, r_new, vr_new, vt_new, phi_oo, phi_on, status, r_apo)
         if self.share is None:
-            blocks(0, nb, *rows)
+            own(0, nb)
             return
         take_left, give_left, give_right, take_right = self.share.decide(every[:, 1:], k)
         given = [(nbr, b0, b1) for nbr, b0, b1 in ((k - 1, 0, give_left),
@@ -1901,16 +1906,14 @@ class SharedTableOrbits:
                  for nbr, count in ((k - 1, take_left), (k + 1, take_right)) if count]
         _wait_all(requests)
         t0 = time.perf_counter()
-        blocks(give_left, nb - give_right, *rows)
+        own(give_left, nb - give_right)
         done = nb - give_left - give_right
         requests = []
         for nbr, (bs, g, mm, vvr, vvt, stat, st) in taken:
             rn, poo, pon, ra = (np.empty(g.shape[0]) for _ in range(4))
             vrn, vtn = vvr.copy(), vvt.copy()  # (escapers keep their velocities, as here)
             cnt = np.zeros((st.shape[0], 2))
-            new_orbits_rows_lut(r_all, phi_all, mcum_all, g, bs, mm, vvr, vvt, st, r_tidal, rn,
-                                vrn, vtn, poo, pon, stat, cnt, ra, lut, lut_lo, lut_inv,
-                                threads)
+            kernel(bs, g, mm, vvr, vvt, st, rn, vrn, vtn, poo, pon, stat, cnt, ra)
             requests.append(send_bytes(comm, pack_arrays((rn, vrn, vtn, poo, pon, ra, stat, st,
                                                           cnt)), nbr, TAG_RESULTS))
             done += st.shape[0]
