@@ -64,7 +64,7 @@ from parallel.balance import (
 )
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum, ranked_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout, rank_bounds
-from parallel.sample_sort import parallel_sort
+from parallel.sample_sort import bracketing_guesses, guess_deviation, parallel_sort
 from parallel.shared import NodeReplicas
 from parallel.streams import Streams
 from physics import encounters as enc
@@ -284,6 +284,10 @@ class Simulation:
         self.replicas = (NodeReplicas.create(comm) if self.size > 1
                          and cfg.run.shared_memory == "auto" else None)
         self.sync_replicated()
+        #: how far the block bounds move from one step to the next [stars], for the sort's
+        #: guesses (a speed setting only: any guess gives the same order); a star's new radius
+        #: is random, so about the root of the stars per rank to start with
+        self._cut_width = float(np.sqrt(max(self.n_total, 1) / self.size))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -628,14 +632,19 @@ class Simulation:
         # 5. sort, redistribute, synchronise replicated arrays, new potential
         # (the old table is dropped: its one-value columns may be shared by the new one)
         old_bounds = rank_bounds(self.n_total, self.size)  # the ranks' rows of r_old_all
-        # the radii at the last step's block bounds guess the new ones (any guess gives the
-        # same order): the sort needs no sampling round (unless run.sample_size asks for one)
-        hint = None if self.size == 1 or self.n_total == 0 else \
-            self.r_all[np.minimum(old_bounds[1:-1], self.n_total - 1)]
+        # the radii at and around the last step's block bounds guess the new ones (any guess
+        # gives the same order): the sort needs no sampling round (unless run.sample_size
+        # asks for one), and its exact cuts gather only the stars between the two guesses
+        # that bracket each bound
+        hint = None if self.size == 1 or self.n_total == 0 or cfg.sample_size else \
+            bracketing_guesses(self.r_all, old_bounds[1:-1], self._cut_width)
+        report: dict = {}
         sorted_fields = parallel_sort(self.comm, stars.as_dict(), key="r", tiebreak="id",
                                       sample_size=cfg.sample_size or None, rows=keep_rows,
-                                      share_uniform=True,
-                                      splitters=None if cfg.sample_size else hint)
+                                      share_uniform=True, splitters=hint, report=report)
+        miss = guess_deviation(report)
+        if miss == miss:  # the bounds' random walk per step, smoothed (the same on all ranks)
+            self._cut_width = 0.5 * self._cut_width + 0.5 * max(miss, 1.0)
         self.stars = stars = StarTable(sorted_fields)
         r_old_all = self.r_all
         self.sync_replicated()

@@ -672,3 +672,118 @@ def test_default_sample_size_follows_local_stars():
     assert default_sample_size(16, 62_500) == 976  # N = 1e6 on 16 ranks
     assert default_sample_size(16, 6_250) == 97
     assert default_sample_size(2, 10**7) == 4096 and default_sample_size(2048, 10) == 4096
+
+
+class _ThreadComm:
+    """One rank of P threads that meet in ``allgather`` (enough for :func:`_exact_cuts` with
+    the counts given)."""
+
+    def __init__(self, rank: int, slots: list, barrier) -> None:
+        self.rank, self.slots, self.barrier = rank, slots, barrier
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return len(self.slots)
+
+    def allgather(self, obj):
+        self.slots[self.rank] = obj
+        self.barrier.wait()
+        out = list(self.slots)
+        self.barrier.wait()
+        return out
+
+
+def _exact_cuts_per_cut(keys, tbs, cuts, deficit):
+    """Reference twin of :func:`parallel.sample_sort._exact_cuts` after its reduction (the
+    per-cut loop it had until 2026-11-26): every rank's new cuts, given all ranks' sorted keys
+    and tiebreaks (tbs None: none) and local cuts at the splitters."""
+    size = len(keys)
+    out = [c.copy() for c in cuts]
+    for j in np.flatnonzero(deficit):
+        d = int(deficit[j])
+        k, t, owner = [], [], []
+        for q in range(size):
+            lo, hi = ((cuts[q][j], min(keys[q].size, cuts[q][j] + d)) if d > 0
+                      else (max(0, cuts[q][j] + d), cuts[q][j]))
+            k.append(keys[q][lo:hi])
+            t.append(None if tbs is None else tbs[q][lo:hi])
+            owner.append(np.full(hi - lo, q))
+        k, owner = np.concatenate(k), np.concatenate(owner)
+        order = (np.argsort(k, kind="stable") if tbs is None
+                 else np.lexsort((np.concatenate(t), k)))
+        moved = order[:d] if d > 0 else order[order.size + d:]
+        for q in range(size):
+            mine = int(np.count_nonzero(owner[moved] == q))
+            out[q][j] += mine if d > 0 else -mine
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 3, 7])
+@pytest.mark.parametrize("ndistinct", [None, 4])
+@pytest.mark.parametrize("tiebreak", [True, False])
+@pytest.mark.parametrize("per_cut", [1, 5])
+def test_exact_cuts_equal_per_cut_twin(size, ndistinct, tiebreak, per_cut):
+    """The exact cuts (all cuts' offers in one stable sort; with several guesses per cut,
+    only the pairs between the two that bracket it offered) are the per-cut loop's with one
+    guess, ties included (then in rank order), and with unique (key, tiebreak) pairs they cut
+    the global order at the targets; poor guesses (deficits both ways, empty ranks, targets
+    outside the guesses) included."""
+    import threading
+
+    from parallel.sample_sort import _exact_cuts
+
+    rng = np.random.default_rng(size * 10 + (ndistinct or 0) + tiebreak)
+    ns = rng.integers(0, 60, size)
+    ns[rng.integers(size)] = 0
+    keys, tbs = [], []
+    ids = rng.permutation(int(ns.sum()))
+    for q, n in enumerate(ns):
+        k = rng.random(n) if ndistinct is None else rng.integers(0, ndistinct, n) * 0.25
+        t = ids[ns[:q].sum():ns[:q].sum() + n]
+        o = np.lexsort((t, k))
+        keys.append(k[o])
+        tbs.append(t[o])
+    n_total = int(ns.sum())
+    scale = (ndistinct or 1) * 0.25
+    split = np.sort(rng.random(size - 1) * scale)  # guesses, poor ones
+    # more guesses per cut: the first one, then some on either side (a row non-decreasing)
+    extra = np.sort(split[:, None] + rng.normal(0, 0.2 * scale, (size - 1, per_cut - 1)), axis=1)
+    guesses = np.column_stack((split, extra))
+    guesses.sort(axis=1)
+
+    def below(k, t, s):  # the local cuts at guesses s: pairs below (s, -inf)
+        return np.searchsorted(k, s.ravel()).reshape(s.shape).astype(np.int64)
+
+    cuts = [below(k, t, split) for k, t in zip(keys, tbs)]
+    targets = rank_bounds(n_total, size, 1)[1:-1]
+    want = _exact_cuts_per_cut(keys, tbs if tiebreak else None, cuts,
+                               targets - np.sum(cuts, axis=0))
+    many = [below(k, t, guesses) for k, t in zip(keys, tbs)]
+    counts = np.sum(many, axis=0)
+    slots, barrier, got = [None] * size, threading.Barrier(size), [None] * size
+
+    def rank(q):
+        got[q] = _exact_cuts(_ThreadComm(q, slots, barrier), keys[q],
+                             tbs[q] if tiebreak else None, many[q], targets, n_total,
+                             counts=counts)[0]
+
+    threads = [threading.Thread(target=rank, args=(q,)) for q in range(size)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+    for q in range(size):
+        np.testing.assert_array_equal(got[q], want[q])
+    np.testing.assert_array_equal(np.sum(got, axis=0), targets)
+    if tiebreak or ndistinct is None:  # unique pairs: below cut j are the smallest targets[j]
+        allk = np.concatenate(keys)
+        allt = np.concatenate(tbs)
+        rank_of = np.empty(n_total, dtype=np.int64)
+        rank_of[np.lexsort((allt, allk))] = np.arange(n_total)
+        starts = np.concatenate(([0], np.cumsum(ns)))
+        for j, target in enumerate(targets):
+            below_j = np.concatenate([rank_of[starts[q]:starts[q] + got[q][j]]
+                                      for q in range(size)])
+            np.testing.assert_array_equal(np.sort(below_j), np.arange(target))

@@ -190,12 +190,21 @@ def _with_uniform_columns(stars: dict[str, np.ndarray]) -> dict[str, np.ndarray]
 def _splitter_guesses(kind: str, r_sorted: np.ndarray, p: int) -> np.ndarray:
     """``p - 1`` splitter guesses for ``parallel_sort(splitters=...)``: the sorted keys at the
     block bounds (``exact``, what the step's last radii approximate), those a tenth of the
-    stars off, all below or above every key, or all the median key."""
+    stars off, all below or above every key, or all the median key; or rows of guesses
+    around each bound (``bracket``), or a fifth of the stars off it, a whole row on one side
+    of the bound (``bracket-off``)."""
     n = r_sorted.size
     bounds = np.cumsum(block_counts(n, p))[:-1]
     at = lambda i: r_sorted[np.clip(i, 0, max(n - 1, 0))] if n else np.zeros(len(i))  # noqa: E731
     if kind == "exact":
         return at(bounds)
+    if kind.startswith("bracket"):  # rows of guesses (the step's), around the bounds or off
+        from parallel.sample_sort import bracketing_guesses
+
+        if not n:
+            return np.zeros((p - 1, 3))
+        off = 0 if kind == "bracket" else (n // 5) * (-1) ** np.arange(p - 1)
+        return bracketing_guesses(r_sorted, bounds + off, max(n // 40, 1))
     if kind == "shifted":
         return at(bounds + (n // 10) * (-1) ** np.arange(p - 1))
     if kind == "median":
@@ -203,7 +212,8 @@ def _splitter_guesses(kind: str, r_sorted: np.ndarray, p: int) -> np.ndarray:
     return np.full(p - 1, -np.inf if kind == "low" else np.inf)
 
 
-@pytest.mark.parametrize("guess", ["exact", "shifted", "low", "high", "median"])
+@pytest.mark.parametrize("guess", ["exact", "shifted", "low", "high", "median", "bracket",
+                                   "bracket-off"])
 @pytest.mark.parametrize("case", ["random", "clustered", "duplicates"])
 @pytest.mark.parametrize("n", [0, 45, 1003])
 def test_parallel_sort_splitter_guesses(on_subcomms, n, case, guess):
@@ -225,6 +235,38 @@ def test_parallel_sort_splitter_guesses(on_subcomms, n, case, guess):
 
     for p, outcomes in on_subcomms(run).items():
         check_uniform_bits(values(outcomes), expected, p)
+
+
+def test_parallel_sort_reports_its_guesses(on_subcomms):
+    """``report``: the number of stars on all ranks below each guess and the block bounds, the
+    same on every rank; :func:`guess_deviation` their deviation from the middle guesses."""
+    from parallel.sample_sort import BRACKET_MIDDLE, bracketing_guesses, guess_deviation
+
+    n = 1003
+    stars = global_stars("random", n)
+    r_sorted = np.sort(stars["r"])
+
+    def run(comm):
+        p = comm.size
+        bounds = np.cumsum(block_counts(n, p))[:-1]
+        guesses = bracketing_guesses(r_sorted, bounds + 7, 10.0)
+        report: dict = {}
+        parallel_sort(comm, take(stars, local_indices("uneven", n, p, comm.rank)),
+                      splitters=guesses if p > 1 else None, report=report)
+        return guesses, report
+
+    for p, outcomes in on_subcomms(run).items():
+        for guesses, report in values(outcomes):
+            if p == 1:
+                assert report == {}
+                assert np.isnan(guess_deviation(report))
+                continue
+            np.testing.assert_array_equal(report["counts"],
+                                          np.searchsorted(r_sorted, guesses))
+            np.testing.assert_array_equal(report["targets"], np.cumsum(block_counts(n, p))[:-1])
+            # the middle guesses are the keys at bounds + 7 (distinct keys): 7 stars off
+            assert guesses.shape[1] > BRACKET_MIDDLE
+            assert guess_deviation(report) == 7.0
 
 
 @pytest.mark.parametrize("bad", ["nan", "length", "decreasing"])
