@@ -11,7 +11,7 @@ MPIEXEC := $(BIN)/mpiexec
 MPI_TIMEOUT := --timeout=300 --timeout-method=thread
 TEST_ENV := NUMBA_THREADING_LAYER=$${NUMBA_THREADING_LAYER:-workqueue} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 
-.PHONY: install run test test-serial test-mpi bench scaling validate validate-fewbody lint clean
+.PHONY: install run test test-serial test-mpi bench scaling compute-scaling validate validate-fewbody lint clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ SCALING_PS ?= $(shell $(PY) -c "import os; n = os.cpu_count(); print(','.join(st
 scaling: install
 	$(PY) bench/scaling.py measure runs/scaling.json --p $(SCALING_PS)
 	$(PY) bench/scaling.py report runs/scaling.json --no-doc
+
+# what each of P = 1-16 ranks computes, measured as CPU time on any machine (ranks may
+# outnumber the cores; bench/compute_scaling.py): writes the section of docs/performance.md
+compute-scaling: install
+	$(PY) bench/compute_scaling.py measure docs/performance_compute_scaling.json --p 1,2,4,8,16 --n 100000,1000000
+	$(PY) bench/compute_scaling.py report docs/performance_compute_scaling.json
 
 validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)

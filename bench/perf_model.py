@@ -384,10 +384,38 @@ def speedup_targets(models: dict) -> list[str]:
 
 #: P = 1-16 on a many-core machine (bench/scaling.py), the model's check.
 SCALING_JSON = ROOT / "docs" / "performance_scaling.json"
+#: what each of P = 1-16 ranks computes, CPU time on any machine (bench/compute_scaling.py)
+COMPUTE_JSON = ROOT / "docs" / "performance_compute_scaling.json"
+
+
+def compute_measured(cs: dict, models: dict) -> dict:
+    """The projection from the compute each rank was measured to make at P = 1-16
+    (bench/compute_scaling.py: the slowest rank's CPU time per step, MPI calls left out),
+    fitted to ``a / P + b`` per star, plus the network model of the 2-rank traffic
+    (:func:`comm_seconds`).  Unlike the 2-rank model it sees what does not divide up to
+    P = 16 (fixed per-step work of every rank, passes over all N); it assumes ``b`` does
+    not grow beyond.  N = 1e7 uses the largest N measured.  Speedups against its one rank."""
+    from bench.compute_scaling import fit, slowest
+
+    out = {}
+    for n in models:
+        have = sorted({r["N"] for r in cs["rows"]})
+        nb = n if n in have else max(have)
+        pts = sorted((r["P"], slowest(r) * 1e3 / nb) for r in cs["rows"] if r["N"] == nb)
+        if len(pts) < 2 or pts[0][0] != 1:
+            continue
+        a, b = fit([p for p, _ in pts], [u for _, u in pts])
+        t1 = pts[0][1] * 1e-6 * n
+        speed = [1.0 if p == 1 else
+                 t1 / ((a / p + b) * 1e-6 * n + comm_seconds(n, p, models[n]["traffic"]))
+                 for p in PS]
+        out[n] = {"a_us": a, "b_us": b, "from_N": nb, "P_fit": [p for p, _ in pts],
+                  "speedup": speed}
+    return out
 
 
 def write(models: dict, rep: dict, t_fixed: float, t_small: dict[int, float],
-          source: str, cal: dict | None = None) -> str:
+          source: str, cal: dict | None = None, comp: dict | None = None) -> str:
     lines = ["<!-- model:begin (bench/perf_model.py writes this section) -->", "",
              f"Inputs: `{source}`; passes over the replicated arrays and T_fixed = "
              f"{t_fixed * 1e3:.2f} ms (the step of N = 1000 and 4000, "
@@ -422,6 +450,12 @@ def write(models: dict, rep: dict, t_fixed: float, t_small: dict[int, float],
             k = int(np.argmax(s))
             lines.append(f"| {n:.0e} | {design} | " + " | ".join(f"{x:.1f}" for x in s)
                          + f" | {s[k]:.0f} ({PS[k]}) | {PAPER_SPEEDUP[n]:.0f} |")
+        if comp and n in comp:
+            s = comp[n]["speedup"]
+            k = int(np.argmax(s))
+            lines.append(f"| {n:.0e} | compute to P = 16 + network | "
+                         + " | ".join(f"{x:.1f}" for x in s)
+                         + f" | {s[k]:.1f} ({PS[k]}) | {PAPER_SPEEDUP[n]:.0f} |")
         if cal:
             s = cal[n]["speedup"]
             k = int(np.argmax(s))
@@ -450,6 +484,21 @@ def write(models: dict, rep: dict, t_fixed: float, t_small: dict[int, float],
                   + ", ".join(f"{c['us_measured'][0] / PAPER_SPEEDUP[n]:.4f} us at N = {n:.0e}"
                               for n, c in cal.items())
                   + ": ten to thirty times less than today."]
+    if comp:
+        lines += ["", "The rows 'compute to P = 16 + network': the compute of the slowest rank "
+                  "measured at P = 1-16 (CPU time, the MPI calls left out; the section 'Compute "
+                  "per rank' below, made on this 2-core machine with the ranks sharing its "
+                  "cores) fitted to a / P + b, "
+                  + ", ".join(f"a = {c['a_us']:.3f} and b = {c['b_us']:.4f} us per star at "
+                              f"N = {c['from_N']:.0e}" for n, c in comp.items()
+                              if c["from_N"] == n)
+                  + ", plus the network model above; best "
+                  + ", ".join(f"{max(c['speedup']):.1f}x at N = {n:.0e}"
+                              for n, c in comp.items())
+                  + ".  b, computed by every rank whatever P, bounds the speedup at (a + b) / b "
+                  "before any communication: "
+                  + ", ".join(f"{(c['a_us'] + c['b_us']) / c['b_us']:.0f}x"
+                              for n, c in comp.items() if c["from_N"] == n) + "."]
     one = {n: m["t1_s"] / n * 1e6 for n, m in models.items()}
     lines += ["", "The speedup is against our own one-core step, which is "
               + ", ".join(f"{CMC_US_PER_STAR_STEP / u:.1f}x" for u in one.values())
@@ -517,8 +566,10 @@ def main() -> None:
     t_fixed, t_small = fixed_step_seconds()
     models = model(bench, rep, t_fixed)
     cal = calibrated(json.loads(SCALING_JSON.read_text())) if SCALING_JSON.exists() else None
+    comp = (compute_measured(json.loads(COMPUTE_JSON.read_text()), models)
+            if COMPUTE_JSON.exists() else None)
     section = write(models, rep, t_fixed, t_small, src.relative_to(ROOT).as_posix()
-                    if src.is_relative_to(ROOT) else str(src), cal)
+                    if src.is_relative_to(ROOT) else str(src), cal, comp)
     print(section)
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text() if doc.exists() else ""
@@ -530,7 +581,8 @@ def main() -> None:
         {"replicated_us_per_star": rep, "t_fixed_s": t_fixed,
          "step_s_small_n": {str(k): v for k, v in t_small.items()}, "alpha_s": ALPHA_S,
          "beta_Bps": BETA_BPS, "models": {str(k): v for k, v in models.items()},
-         "calibrated_16_cores": {str(k): v for k, v in (cal or {}).items()}},
+         "calibrated_16_cores": {str(k): v for k, v in (cal or {}).items()},
+         "compute_to_16_ranks": {str(k): v for k, v in (comp or {}).items()}},
         indent=1) + "\n")
 
 

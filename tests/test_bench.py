@@ -310,3 +310,105 @@ def test_scaling_measure_then_report(tmp_path):
     assert "other sittings" not in text
     header = next(line for line in text.splitlines() if line.startswith("| P | threads"))
     assert header.count("|") - 1 == 6
+
+
+def test_compute_clock_leaves_out_the_time_inside_mpi_calls():
+    """bench/compute_scaling.py: CPU time spent inside a wrapped communicator's calls (busy
+    waiting, as MPI does) is not compute; CPU time outside them is; other attributes pass."""
+    import time
+
+    from bench.compute_scaling import CommClock
+
+    def spin(seconds):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            pass
+
+    class Busy:
+        def Barrier(self):
+            spin(0.05)
+
+        def Get_rank(self):
+            return 3
+
+    clock = CommClock()
+    comm = clock.wrap(Busy())
+    c0 = clock()
+    comm.Barrier()
+    spin(0.02)
+    comm.Barrier()
+    took = clock() - c0
+    assert 0.02 <= took < 0.04  # the 0.02 s outside, none of the 0.1 s inside
+    assert clock.in_comm >= 0.1 and comm.Get_rank() == 3
+
+
+def test_compute_scaling_fit_and_report(tmp_path):
+    """The fit a / P + b recovers both from exact data; the report's table takes the slowest
+    rank (its sum of parts) and sets each figure beside the one-rank figure over P."""
+    import json
+
+    from bench.compute_scaling import fit, report, slowest
+
+    a, b = fit([1, 2, 4, 16], [7.0 / p + 0.5 for p in (1, 2, 4, 16)])
+    assert a == pytest.approx(7.0) and b == pytest.approx(0.5)
+    parts = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
+             "diagnostics", "wait")
+
+    def rank(orbits, sort):
+        return {"parts_ms": dict(dict.fromkeys(parts, 0.0), orbits=orbits, sort=sort)}
+
+    rows = [{"N": 1000, "P": 1, "ranks": [rank(8.0, 2.0)]},
+            {"N": 1000, "P": 2, "ranks": [rank(4.0, 1.5), rank(5.0, 1.0)]}]
+    assert slowest(rows[1]) == 6.0 and slowest(rows[1], "orbits") == 5.0
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"machine": {"cpus": 2}, "made": "now", "steps": 3,
+                                "rows": rows, "errors": []}))
+    text = report(path, write_doc=False)
+    assert "| 2 | 5.00 (4.00) | 1.50 (1.00) | 6.00 (5.00) | 1.7x |" in text
+    assert "| potential" not in text  # parts that cost nothing are left out
+
+
+@pytest.mark.timeout(600)
+def test_compute_scaling_measures_ranks(tmp_path):
+    """bench/compute_scaling.py end to end at a small N on 1 and 2 ranks: every rank's parts,
+    and on two ranks some time inside MPI calls that the compute leaves out."""
+    import json
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "sub" / "c.json"
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    subprocess.run([sys.executable, "bench/compute_scaling.py", "measure", str(out), "--p",
+                    "1,2", "--n", "4000", "--steps", "3", "--mpiexec",
+                    str(Path(sys.executable).parent / "mpiexec"), "--timeout", "300"],
+                   check=True, cwd=root, env=env, capture_output=True)
+    data = json.loads(out.read_text())
+    assert not data["errors"], data["errors"]
+    assert [(r["P"], len(r["ranks"])) for r in data["rows"]] == [(1, 1), (2, 2)]
+    two = data["rows"][1]["ranks"]
+    assert all(r["parts_ms"]["orbits"] > 0 and r["comm_ms"] > 0 for r in two)
+    # the parts are inside the step: their sum is at most the compute of the whole step
+    assert all(sum(r["parts_ms"].values()) <= r["compute_ms"] * 1.001 for r in two)
+
+
+def test_projection_from_measured_compute():
+    """perf_model.compute_measured: the slowest rank's compute at P = 1-16 fitted to a / P + b,
+    projected with the network model (none here): speedup (a + b) / (a / P + b); N beyond the
+    measured ones takes the largest measured."""
+    from bench.perf_model import PS, compute_measured
+
+    def row(n, p, ms):
+        return {"N": n, "P": p, "ranks": [{"parts_ms": {"orbits": ms}}]}
+
+    a, b = 0.5, 0.02  # us per star
+    cs = {"rows": [row(1000, p, (a / p + b) * 1e-3 * 1000) for p in (1, 2, 4, 8, 16)]}
+    quiet = {"small_calls": 0, "allgatherv_calls": 0, "ag_b": 0.0, "neighbour_calls": 0,
+             "neighbour_b": 0.0, "alltoallv_calls": 0, "record_bytes": 88, "f2": 0.0}
+    got = compute_measured(cs, {1000: {"traffic": quiet}, 10_000: {"traffic": quiet}})
+    for n in (1000, 10_000):
+        assert got[n]["from_N"] == 1000
+        assert got[n]["a_us"] == pytest.approx(a) and got[n]["b_us"] == pytest.approx(b)
+        for p, s in zip(PS, got[n]["speedup"]):
+            if p < 256:  # (from 256 ranks on the model drops the energy correction's gather)
+                assert s == pytest.approx((a + b) / (a / p + b))
