@@ -643,7 +643,8 @@ class Simulation:
                                       sample_size=cfg.sample_size or None, rows=keep_rows,
                                       share_uniform=True, splitters=hint, report=report)
         miss = guess_deviation(report)
-        if miss == miss:  # the bounds' random walk per step, smoothed (the same on all ranks)
+        if not math.isnan(miss):  # the bounds' random walk per step, smoothed (the same on
+            # every rank: it comes from global counts)
             self._cut_width = 0.5 * self._cut_width + 0.5 * max(miss, 1.0)
         self.stars = stars = StarTable(sorted_fields)
         r_old_all = self.r_all
