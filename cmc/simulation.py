@@ -94,6 +94,7 @@ from physics.potential import (
     potential_at_sorted_radii,
     radius_lookup_entries,
     radius_lookup_scale,
+    updated_potential,
 )
 from physics.relaxation import (
     block_moments,
@@ -1070,9 +1071,14 @@ class Simulation:
         ev = allc[allc[:, 2] == 2.0]
         upd = allc[allc[:, 2] == 0.0]
         if upd.shape[0]:
+            changed = upd[:, 0].astype(np.int64)
             self.m_all = self.m_all.copy()
-            self.m_all[upd[:, 0].astype(np.int64)] = upd[:, 1]
-            self.phi_all, self.mcum_all = compute_potential(self.r_all, self.m_all)
+            self.m_all[changed] = upd[:, 1]
+            # only the shells from the innermost changed one on are summed again; inside it
+            # the potential moves by a constant (the escapers leave from the halo: at N = 1e6
+            # one pass instead of a division per star and two chains over all N)
+            self.phi_all, self.mcum_all = updated_potential(
+                self.r_all, self.m_all, self.phi_all, self.mcum_all, int(changed.min()))
         return gone, ev[:, [3, 0, 1]]
 
     def _binary_timescales(self) -> tuple[float, float]:

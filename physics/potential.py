@@ -63,6 +63,62 @@ def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
         phi[k] = phi[k + 1] - phi[k]
 
 
+@njit(cache=True)
+def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
+                      first: int) -> tuple[np.ndarray, np.ndarray]:
+    """The potential and enclosed mass after the masses from star ``first`` on changed.
+
+    Parameters
+    ----------
+    r : ndarray of float64, shape (N,)
+        Radii sorted increasingly [Hénon length].
+    m : ndarray of float64, shape (N,)
+        The new masses [Hénon mass]: those below ``first`` as before.
+    phi, mcum : ndarray of float64, shape (N,)
+        :func:`compute_potential` of the old masses (not written).
+    first : int
+        Index of the first star whose mass changed (``N``: none did).
+
+    Returns
+    -------
+    phi, mcum : ndarray, shape (N,)
+        New arrays.  From ``first`` on they hold :func:`compute_potential`'s bits for the new
+        masses (the same sums in the same order from the unchanged ``mcum[first - 1]`` and
+        from the outermost star in); inside, the enclosed mass is unchanged and the potential
+        is shifted by a constant (the shells that changed lie outside), ``phi[first]``'s
+        change: equal to the full sum's up to its rounding (one addition more), without its
+        division per star and its two chains over all N.
+    """
+    n = r.shape[0]
+    new_phi = np.empty(n)
+    new_mcum = np.empty(n)
+    first = max(0, min(first, n))
+    if first == 0:
+        compute_potential_into(r, m, new_phi, new_mcum)
+        return new_phi, new_mcum
+    acc = mcum[first - 1]
+    for k in range(first):
+        new_mcum[k] = mcum[k]
+    for k in range(first, n):
+        acc += m[k]
+        new_mcum[k] = acc
+    if first == n:
+        for k in range(n):
+            new_phi[k] = phi[k]
+        return new_phi, new_mcum
+    # compute_potential_into's operations on the stars from `first` on (one division each)
+    inv = 1.0 / r[first:]
+    for k in range(first, n - 1):
+        new_phi[k] = new_mcum[k] * (inv[k - first] - inv[k + 1 - first])
+    new_phi[n - 1] = -new_mcum[n - 1] / r[n - 1]
+    for k in range(n - 2, first - 1, -1):
+        new_phi[k] = new_phi[k + 1] - new_phi[k]
+    shift = new_phi[first] - phi[first]
+    for k in range(first):
+        new_phi[k] = phi[k] + shift
+    return new_phi, new_mcum
+
+
 @njit(cache=True, inline="always")
 def _count_at_most(r, x, lo, hi):
     """Number of stars with ``r <= x``, known to lie in ``[lo, hi]`` (bisection)."""

@@ -326,3 +326,32 @@ def test_two_phase_kernel_equals_blockwise_twin(plummer_5k, threads):
     assert {1, 2} <= set(np.unique(got[5]).tolist())  # escapers of both kinds
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+@pytest.mark.parametrize("first", [0, 1, 700, 999, 1000])
+def test_updated_potential_equals_a_full_recomputation(first):
+    """After the masses from star ``first`` on change (stars removed: zero mass; products
+    heavier), the updated potential holds the full recomputation's bits from ``first`` on and
+    its values inside to rounding (a constant shift), the enclosed mass its bits everywhere;
+    the inputs are not written."""
+    from physics.potential import compute_potential, updated_potential
+
+    rng = np.random.default_rng(first)
+    n = 1000
+    r = np.sort(rng.random(n) ** -0.6)
+    m = rng.random(n) / n
+    phi, mcum = compute_potential(r, m)
+    saved = phi.copy(), mcum.copy()
+    m2 = m.copy()
+    if first < n:
+        slots = np.unique(np.concatenate(([first], rng.integers(first, n, 5))))
+        m2[slots] = np.where(rng.random(slots.size) < 0.5, 0.0, m2[slots] * 1.7)
+    want_phi, want_mcum = compute_potential(r, m2)
+    got_phi, got_mcum = updated_potential(r, m2, phi, mcum, first)
+    np.testing.assert_array_equal(got_mcum, want_mcum)
+    np.testing.assert_array_equal(got_phi[first:], want_phi[first:])
+    np.testing.assert_allclose(got_phi[:first], want_phi[:first], rtol=1e-14, atol=0)
+    if 0 < first < n:  # the shells that changed did change the potential inside
+        assert not np.allclose(phi[:first], want_phi[:first], rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(phi, saved[0])
+    np.testing.assert_array_equal(mcum, saved[1])
