@@ -165,17 +165,9 @@ def slowest(row: dict, part: str | None = None) -> float:
     return max(r["parts_ms"][part] for r in row["ranks"])
 
 
-def fit(ps: list[int], totals: list[float]) -> tuple[float, float]:
-    """Least-squares ``a / P + b`` through the totals at ``ps``."""
-    import numpy as np
-
-    x = np.column_stack((1.0 / np.asarray(ps, dtype=float), np.ones(len(ps))))
-    (a, b), *_ = np.linalg.lstsq(x, np.asarray(totals, dtype=float), rcond=None)
-    return float(a), float(b)
-
-
 def report(path: Path, write_doc: bool = True) -> str:
     """The section of docs/performance.md from a measurement; written between the markers."""
+    from bench.perf_model import fit_scaling
     from cmc.simulation import PARTS
 
     data = json.loads(path.read_text())
@@ -203,7 +195,7 @@ def report(path: Path, write_doc: bool = True) -> str:
             out.append(f"| {p} | " + " | ".join(cells)
                        + f" | {slowest(r):.2f} ({slowest(one) / p:.2f}) | "
                        f"{slowest(one) / slowest(r):.1f}x |")
-        a, b = fit([r["P"] for r in rows], [slowest(r) for r in rows])
+        a, b = fit_scaling([r["P"] for r in rows], [slowest(r) for r in rows])
         us = 1e3 / n  # ms per step -> us per star
         out.append("")
         out.append(f"Fit of the step's compute: a / P + b with a = {a * us:.3f} and "

@@ -395,7 +395,7 @@ def compute_measured(cs: dict, models: dict) -> dict:
     (:func:`comm_seconds`).  Unlike the 2-rank model it sees what does not divide up to
     P = 16 (fixed per-step work of every rank, passes over all N); it assumes ``b`` does
     not grow beyond.  N = 1e7 uses the largest N measured.  Speedups against its one rank."""
-    from bench.compute_scaling import fit, slowest
+    from bench.compute_scaling import slowest
 
     out = {}
     for n in models:
@@ -404,7 +404,7 @@ def compute_measured(cs: dict, models: dict) -> dict:
         pts = sorted((r["P"], slowest(r) * 1e3 / nb) for r in cs["rows"] if r["N"] == nb)
         if len(pts) < 2 or pts[0][0] != 1:
             continue
-        a, b = fit([p for p, _ in pts], [u for _, u in pts])
+        a, b = fit_scaling([p for p, _ in pts], [u for _, u in pts])
         t1 = pts[0][1] * 1e-6 * n
         speed = [1.0 if p == 1 else
                  t1 / ((a / p + b) * 1e-6 * n + comm_seconds(n, p, models[n]["traffic"]))

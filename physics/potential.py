@@ -42,11 +42,14 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 @njit(cache=True)
 def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
-                           mcum: np.ndarray) -> None:
+                           mcum: np.ndarray, m_inside: float = 0.0) -> None:
     """:func:`compute_potential` into given arrays ``phi`` and ``mcum`` (of ``r``'s length;
-    e.g. the node-shared ones of :class:`parallel.shared.NodeReplicas`)."""
+    e.g. the node-shared ones of :class:`parallel.shared.NodeReplicas`).  ``m_inside``: the
+    mass of stars inside ``r[0]`` that are not in the arrays (the enclosed mass of the
+    star before a tail of the full arrays; its shells add a constant inside, see
+    :func:`updated_potential`)."""
     n = r.shape[0]
-    acc = 0.0
+    acc = m_inside
     for k in range(n):
         acc += m[k]
         mcum[k] = acc
@@ -96,23 +99,15 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
     if first == 0:
         compute_potential_into(r, m, new_phi, new_mcum)
         return new_phi, new_mcum
-    acc = mcum[first - 1]
     for k in range(first):
         new_mcum[k] = mcum[k]
-    for k in range(first, n):
-        acc += m[k]
-        new_mcum[k] = acc
     if first == n:
         for k in range(n):
             new_phi[k] = phi[k]
         return new_phi, new_mcum
-    # compute_potential_into's operations on the stars from `first` on (one division each)
-    inv = 1.0 / r[first:]
-    for k in range(first, n - 1):
-        new_phi[k] = new_mcum[k] * (inv[k - first] - inv[k + 1 - first])
-    new_phi[n - 1] = -new_mcum[n - 1] / r[n - 1]
-    for k in range(n - 2, first - 1, -1):
-        new_phi[k] = new_phi[k + 1] - new_phi[k]
+    # the full sum's operations on the stars from `first` on (the same bits there)
+    compute_potential_into(r[first:], m[first:], new_phi[first:], new_mcum[first:],
+                           mcum[first - 1])
     shift = new_phi[first] - phi[first]
     for k in range(first):
         new_phi[k] = phi[k] + shift
