@@ -92,6 +92,7 @@ from physics.potential import (
     compute_potential_into,
     potential_at_points,
     potential_at_sorted_radii,
+    potential_tail_into,
     radius_lookup_entries,
     radius_lookup_scale,
     updated_potential,
@@ -1072,6 +1073,11 @@ class Simulation:
         upd = allc[allc[:, 2] == 0.0]
         if upd.shape[0]:
             changed = upd[:, 0].astype(np.int64)
+            if self.replicas is not None:  # the node's copy, in place: its ranks share the
+                # work (the same bits as below)
+                self.m_all, self.phi_all, self.mcum_all = self.replicas.update_masses(
+                    changed, upd[:, 1], potential_tail_into)
+                return gone, ev[:, [3, 0, 1]]
             self.m_all = self.m_all.copy()
             self.m_all[changed] = upd[:, 1]
             # only the shells from the innermost changed one on are summed again; inside it

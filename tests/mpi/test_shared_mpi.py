@@ -16,7 +16,12 @@ from cmc.simulation import Simulation
 from parallel.comm import allgatherv_array
 from parallel.decomposition import rank_bounds
 from parallel.shared import NodeReplicas
-from physics.potential import compute_potential, compute_potential_into
+from physics.potential import (
+    compute_potential,
+    compute_potential_into,
+    potential_tail_into,
+    updated_potential,
+)
 
 MPI = pytest.importorskip("mpi4py.MPI")
 
@@ -97,6 +102,54 @@ def test_gather_equals_allgatherv(world, ranks_per_node):
     rep.close()
     everyone = world.allgather((all(results), raised))
     assert all(ok and bad for ok, bad in everyone)
+
+
+@pytest.mark.parametrize("ranks_per_node", [0, 1, 2])
+def test_update_masses_equals_updated_potential(world, ranks_per_node):
+    """New masses at some rows of the node's window (objects gone, products' masses) give
+    updated_potential's bits in m, phi and mcum, the node's ranks each shifting its share of
+    the inside: the innermost changed row at the centre, inside, in the halo and the last
+    one; a later publish starts afresh; a failing tail raises on every rank, none hangs."""
+    if world.Get_size() == 1:
+        return
+    node = None
+    if ranks_per_node:
+        node = world.Split(world.Get_rank() // ranks_per_node, key=world.Get_rank())
+    rep = NodeReplicas.create(world, node)
+    n_total = 2003
+    rng = np.random.default_rng(11)  # the same changes on every rank
+    results = []
+    for k, first in enumerate((0, 1, 700, 1990, n_total - 1)):
+        r, m = _local_rows(n_total, world, 20 + k)
+        rows = np.unique(np.concatenate(([first], rng.integers(first, n_total, 5))))
+        masses = np.where(rng.random(rows.size) < 0.5, 0.0, rng.random(rows.size) / n_total)
+        r_all, m_all, phi, mcum = (np.array(a) for a in rep.publish(n_total, r, m,
+                                                                     compute_potential_into))
+        m_new = m_all.copy()
+        m_new[rows] = masses
+        phi_new, mcum_new = updated_potential(r_all, m_new, phi, mcum, first)
+        got = rep.update_masses(rows, masses, potential_tail_into)
+        results.append(all(np.array_equal(a, b) for a, b in zip(got, (m_new, phi_new, mcum_new),
+                                                                 strict=True)))
+        # the outermost rows moved the potential: a shift inside, not a copy
+        results.append(first == 0 or not np.array_equal(got[1][:first], phi[:first])
+                       or np.all(masses == m_all[rows]))
+
+    def broken(*args):
+        raise ValueError("planted")
+
+    r, m = _local_rows(n_total, world, 99)
+    rep.publish(n_total, r, m, compute_potential_into)
+    try:
+        rep.update_masses(np.array([5]), np.array([0.0]), broken)
+        raised = ""
+    except (ValueError, RuntimeError) as exc:
+        raised = str(exc)
+    rep.close()
+    everyone = world.allgather((all(results), raised))
+    for ok, why in everyone:
+        assert ok
+        assert why in ("planted", "the potential failed on this node's first rank")
 
 
 def test_nodes_of_scattered_ranks_keep_private_arrays(world):
