@@ -65,7 +65,7 @@ from parallel.balance import (
 from parallel.comm import allgatherv_array, allreduce_max, allreduce_sum, ranked_sum
 from parallel.decomposition import MIN_CHUNK, block_counts, block_layout, rank_bounds
 from parallel.sample_sort import bracketing_guesses, guess_deviation, parallel_sort
-from parallel.shared import NodeReplicas
+from parallel.shared import NodeReplicas, PotentialStages
 from parallel.streams import Streams
 from physics import encounters as enc
 from physics.binaries import binary_binary_timescale, binary_single_timescale, binding_energy
@@ -89,10 +89,11 @@ from physics.orbits import (
 )
 from physics.potential import (
     compute_potential,
-    compute_potential_into,
+    enclosed_mass_into,
     potential_at_points,
     potential_at_sorted_radii,
-    potential_tail_into,
+    potential_increments_into,
+    potential_suffix_sum,
     radius_lookup_entries,
     radius_lookup_scale,
     updated_potential,
@@ -120,6 +121,9 @@ log = logging.getLogger("cmc.simulation")
 
 #: Stream index reserved for sampling initial conditions (far from any rank's stream).
 IC_STREAM = 2**30
+#: The potential's stages for the node-shared arrays (the node's ranks compute it together)
+POTENTIAL_STAGES = PotentialStages(enclosed_mass_into, potential_increments_into,
+                                   potential_suffix_sum)
 PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
          "diagnostics", "wait")
 #: From this many ranks on, the energy correction finds the new potential at its own stars' old
@@ -431,7 +435,7 @@ class Simulation:
         if self.replicas is not None:  # (publish checks this rank's count against the layout)
             self.n_total = int(allreduce_sum(self.comm, np.array([self.stars.n]))[0])
             self.r_all, self.m_all, self.phi_all, self.mcum_all = self.replicas.publish(
-                self.n_total, self.stars.r, self.stars.m, compute_potential_into)
+                self.n_total, self.stars.r, self.stars.m, POTENTIAL_STAGES)
         else:
             if self.size == 1:  # the radii are never written in place (the step replaces
                 # stars.r): no copy (0.1-0.5 ms per step at N = 1e5, the more with two
@@ -1076,7 +1080,7 @@ class Simulation:
             if self.replicas is not None:  # the node's copy, in place: its ranks share the
                 # work (the same bits as below)
                 self.m_all, self.phi_all, self.mcum_all = self.replicas.update_masses(
-                    changed, upd[:, 1], potential_tail_into)
+                    changed, upd[:, 1], POTENTIAL_STAGES)
                 return gone, ev[:, [3, 0, 1]]
             self.m_all = self.m_all.copy()
             self.m_all[changed] = upd[:, 1]

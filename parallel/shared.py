@@ -10,9 +10,10 @@ would be some 25 GB.
 Here each node holds one copy, in a shared-memory window (``MPI_Win_allocate_shared``): each
 rank writes its own stars' radii and masses at their global rows, the nodes' first ranks (the
 leaders) complete the rows of the other nodes with one in-place Allgatherv among themselves
-(nothing at all on a single node), and one rank per node computes the potential and the
-enclosed mass into the window while the node's other ranks wait (each rank computed the same
-before, at the same time).  The arrays hold the same values as the private ones, so a run gives
+(nothing at all on a single node), and the node's ranks compute the potential and the
+enclosed mass into the window together (:class:`PotentialStages`: the two running sums on the
+node's first rank, the increments between them divided; each rank computed all of it before,
+at the same time).  The arrays hold the same values as the private ones, so a run gives
 the same bits either way, for any placement of ranks on nodes.
 
 Two radius buffers alternate, so that the previous step's radii (the energy correction's old
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +54,24 @@ FIELDS = ("r", "m", "phi", "mcum")
 #: Slices of a window: the radii twice (alternating), then the other fields, then the column
 #: of :meth:`NodeReplicas.gather` (the energy correction's potential at the old radii).
 SLICES = ("r", "r", "m", "phi", "mcum", "gathered")
+
+
+@dataclass(frozen=True)
+class PotentialStages:
+    """The potential of sorted shells in three stages (:mod:`physics.potential`'s
+    ``enclosed_mass_into``, ``potential_increments_into``, ``potential_suffix_sum``): the
+    first and last are running sums (one rank of the node), the middle one divides (each
+    rank of the node its share of the rows); together ``compute_potential_into``'s
+    operations, so its bits."""
+
+    #: ``enclosed_mass(m, mcum, first)``: ``mcum`` from row ``first`` on
+    enclosed_mass: Callable[..., None]
+    #: ``increments(r, mcum, phi, lo, hi)``: ``phi``'s increments of rows ``lo .. hi - 1``
+    increments: Callable[..., None]
+    #: ``suffix_sum(phi, first)``: ``phi`` summed from the last row in, down to ``first``
+    suffix_sum: Callable[..., None]
+
+
 #: Room for growth when a window is (re)allocated: the number of objects grows only when a
 #: wide binary is broken, a little at a time.
 GROWTH = 1.125
@@ -168,7 +188,7 @@ class NodeReplicas:
 
     # ------------------------------------------------------------------ the arrays
     def publish(self, n_total: int, r_local: np.ndarray, m_local: np.ndarray,
-                potential: Callable[..., None]) -> tuple[np.ndarray, ...]:
+                stages: PotentialStages) -> tuple[np.ndarray, ...]:
         """The replicated ``r, m, phi, mcum`` of all ``n_total`` stars (collective).
 
         Parameters
@@ -178,9 +198,8 @@ class NodeReplicas:
         r_local, m_local : numpy.ndarray
             This rank's stars' radii and masses, its rows of the block layout
             (``block_counts(n_total, P)[rank]`` of them) in global order.
-        potential : callable
-            ``potential(r, m, phi, mcum)`` fills ``phi`` and ``mcum`` (called on one rank
-            per node): :func:`physics.potential.compute_potential_into`.
+        stages : PotentialStages
+            Fill ``phi`` and ``mcum`` (the node's ranks together, :meth:`_potential`).
 
         Returns
         -------
@@ -214,22 +233,43 @@ class NodeReplicas:
         self._sync(win)
         self._across_nodes(win, bounds, arrays["r"], arrays["m"])
         views = tuple(arrays[name][:n_total] for name in FIELDS)
-        failed: BaseException | None = None
-        if self.is_leader:
-            try:
-                potential(*views)
-            except Exception as exc:  # raised below on every rank of the node, not only here
-                failed = exc
-        if self._sync(win, failed is not None):
-            raise failed or RuntimeError("the potential failed on this node's first rank")
+        self._potential(views, 0, stages)
         if wrong:
             raise RuntimeError(f"rank {rank} holds {r_local.shape[0]} stars, the block layout "
                                f"needs {hi - lo}")
         self._views = views
         return views
 
+    def _stage(self, fn: Callable[[], None], leader_only: bool) -> None:
+        """``fn()`` on the node's first rank (``leader_only``) or on every rank, then a sync
+        of the node; an exception on any rank is raised on every rank of the node (none
+        waits for the others forever)."""
+        failed: BaseException | None = None
+        if self.is_leader or not leader_only:
+            try:
+                fn()
+            except Exception as exc:
+                failed = exc
+        if self._sync(self._win, failed is not None):
+            raise failed or RuntimeError("the potential failed on another rank of this node")
+
+    def _potential(self, views: tuple[np.ndarray, ...], first: int,
+                   stages: PotentialStages) -> None:
+        """``phi`` and ``mcum`` of ``views`` (r, m, phi, mcum) from row ``first`` on, for the
+        masses in the window (collective in the node): the enclosed mass on the first rank,
+        the increments divided among the node's ranks, the sum from the outermost row in on
+        the first rank, a sync after each."""
+        r, m, phi, mcum = views
+        n = r.shape[0]
+        share = first + rank_bounds(n - first, self.node.Get_size())
+        k = self.node.Get_rank()
+        self._stage(lambda: stages.enclosed_mass(m, mcum, first), True)
+        self._stage(lambda: stages.increments(r, mcum, phi, int(share[k]), int(share[k + 1])),
+                    False)
+        self._stage(lambda: stages.suffix_sum(phi, first), True)
+
     def update_masses(self, rows: np.ndarray, masses: np.ndarray,
-                      tail: Callable[..., None]) -> tuple[np.ndarray, ...]:
+                      stages: PotentialStages) -> tuple[np.ndarray, ...]:
         """New masses at some rows of the last published arrays, and the potential and
         enclosed mass brought up to date, in place (collective in the node; the same
         arguments on every rank of the run).
@@ -240,48 +280,45 @@ class NodeReplicas:
             Global rows whose mass changes (at least one).
         masses : numpy.ndarray of float64
             Their new masses.
-        tail : callable
-            ``tail(r, m, phi, mcum, first)`` recomputes ``phi`` and ``mcum`` from row
-            ``first`` (the innermost changed row) on, in place, the rows below untouched
-            (:func:`physics.potential.potential_tail_into`; called on one rank per node).
+        stages : PotentialStages
+            The potential's stages (:meth:`_potential`), run from the innermost changed row
+            (``first``) on.
 
         Returns
         -------
         tuple of numpy.ndarray
             The views ``m, phi, mcum`` of :meth:`publish`'s last call, now holding the new
-            values: those of :func:`physics.potential.updated_potential`, bit for bit (the
-            tail's, and inside it the old potential plus the constant change at ``first``,
-            added by the node's ranks each to its share of the rows).
+            values: those of :func:`physics.potential.updated_potential`, bit for bit (from
+            ``first`` on the full sum's operations; inside, the old potential plus the
+            constant change at ``first``, added by the node's ranks each to its share of the
+            rows).
 
         Notes
         -----
         Every rank's reads of the old values must come before the call (the arrays change
-        under any view of them).  Where one rank per node used to copy the masses and write
-        the potential and enclosed mass of all N stars, each of ``c`` ranks now writes
-        ``first / c`` rows of the potential: at N = 1e6 on 16 ranks of one node the private
-        update took 12-15 ms per rank and step (16 ranks' copies contending for memory).
+        under any view of them).  The unbound stars leave from near the centre as often as
+        not (the first changed row within the inner 0.04-13 % of N in a fresh Plummer
+        model), so the update is nearly a full potential: before, every rank of the node
+        copied the masses and wrote the potential and enclosed mass of all N stars into
+        private arrays (12-15 ms per rank and step at N = 1e6 on 16 ranks of one node).
         """
         r, m, phi, mcum = self._views
         first = int(rows.min())
         old = float(phi[first])
-        win = self._win
-        self._sync(win)  # nobody reads the old values any more (and all read phi[first])
-        failed: BaseException | None = None
-        if self.is_leader:
-            try:
-                m[rows] = masses
-                tail(r, m, phi, mcum, first)
-            except Exception as exc:  # raised below on every rank of the node
-                failed = exc
-        if self._sync(win, failed is not None):
-            raise failed or RuntimeError("the potential failed on this node's first rank")
+
+        def set_masses() -> None:
+            m[rows] = masses
+
+        # after this sync nobody reads the old values any more (and all read phi[first])
+        self._stage(set_masses, True)
+        self._potential(self._views, first, stages)
         if first > 0:
             shift = phi[first] - old
             share = rank_bounds(first, self.node.Get_size())
             k = self.node.Get_rank()
             inside = phi[share[k]:share[k + 1]]
             inside += shift
-            self._sync(win)
+            self._sync(self._win)
         return m, phi, mcum
 
     def gather(self, local: np.ndarray, n_total: int) -> np.ndarray:

@@ -66,6 +66,44 @@ def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
         phi[k] = phi[k + 1] - phi[k]
 
 
+# The potential in three stages, for the ranks of a node that share one copy of the arrays
+# (parallel.shared.NodeReplicas): the enclosed mass and the final sum are chains (one rank),
+# the increments between them divide (each rank its share of the rows).  Together they are
+# compute_potential_into's operations, so its bits.
+@njit(cache=True)
+def enclosed_mass_into(m: np.ndarray, mcum: np.ndarray, first: int) -> None:
+    """Stage 1: ``mcum[k] = mcum[k - 1] + m[k]`` for ``k >= first`` (from 0 at ``first = 0``;
+    ``mcum[first - 1]`` is read) [Hénon mass]."""
+    acc = mcum[first - 1] if first > 0 else 0.0
+    for k in range(first, m.shape[0]):
+        acc += m[k]
+        mcum[k] = acc
+
+
+@njit(cache=True)
+def potential_increments_into(r: np.ndarray, mcum: np.ndarray, phi: np.ndarray, lo: int,
+                              hi: int) -> None:
+    """Stage 2, rows ``lo <= k < hi``: ``phi[k] = mcum[k] (1/r[k] - 1/r[k+1])`` below the last
+    row, ``phi[N-1] = -mcum[N-1] / r[N-1]`` at it (reads ``r[hi]``; any split of the rows
+    gives the same values)."""
+    n = r.shape[0]
+    top = min(hi, n - 1)
+    if top > lo:
+        inv = 1.0 / r[lo:top + 1]
+        for k in range(lo, top):
+            phi[k] = mcum[k] * (inv[k - lo] - inv[k - lo + 1])
+    if lo < hi and hi == n:
+        phi[n - 1] = -mcum[n - 1] / r[n - 1]
+
+
+@njit(cache=True)
+def potential_suffix_sum(phi: np.ndarray, first: int) -> None:
+    """Stage 3: ``phi[k] = phi[k + 1] - phi[k]`` from ``k = N - 2`` down to ``first``
+    [Hénon energy per mass]."""
+    for k in range(phi.shape[0] - 2, first - 1, -1):
+        phi[k] = phi[k + 1] - phi[k]
+
+
 @njit(cache=True)
 def potential_tail_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
                         first: int) -> None:

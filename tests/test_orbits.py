@@ -328,6 +328,41 @@ def test_two_phase_kernel_equals_blockwise_twin(plummer_5k, threads):
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
 
 
+@pytest.mark.parametrize("parts", [1, 2, 3, 7, 16])
+@pytest.mark.parametrize("first", [0, 1, 500, 998, 999])
+def test_staged_potential_equals_compute_potential(parts, first):
+    """The potential in stages (enclosed mass, increments split into ``parts`` shares of the
+    rows from ``first`` on, the final sum), as the ranks of a node compute it, is
+    compute_potential_into's bits on the rows from ``first`` on (its full sum at 0, its tail
+    from the enclosed mass inside ``first`` elsewhere) and leaves the rows inside alone."""
+    from parallel.decomposition import rank_bounds
+    from physics.potential import (
+        compute_potential_into,
+        enclosed_mass_into,
+        potential_increments_into,
+        potential_suffix_sum,
+    )
+
+    rng = np.random.default_rng(parts * 1000 + first)
+    n = 999
+    r = np.sort(rng.random(n) ** -0.6)
+    m = rng.random(n) / n
+    want_phi, want_mcum = np.full(n, np.nan), np.full(n, np.nan)
+    want_mcum[:first] = np.cumsum(m[:first])
+    compute_potential_into(r[first:], m[first:], want_phi[first:], want_mcum[first:],
+                           want_mcum[first - 1] if first else 0.0)
+    phi, mcum = np.full(n, np.nan), want_mcum.copy()
+    mcum[first:] = np.nan
+    enclosed_mass_into(m, mcum, first)
+    share = first + rank_bounds(n - first, parts)
+    for k in rng.permutation(parts):  # any order: the shares are independent
+        potential_increments_into(r, mcum, phi, int(share[k]), int(share[k + 1]))
+    potential_suffix_sum(phi, first)
+    np.testing.assert_array_equal(mcum, want_mcum)
+    np.testing.assert_array_equal(phi[first:], want_phi[first:])
+    assert np.isnan(phi[:first]).all()
+
+
 @pytest.mark.parametrize("first", [0, 1, 700, 999, 1000])
 def test_updated_potential_equals_a_full_recomputation(first):
     """After the masses from star ``first`` on change (stars removed: zero mass; products

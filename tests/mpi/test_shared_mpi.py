@@ -12,16 +12,11 @@ import numpy as np
 import pytest
 
 from cmc.config import load_config
-from cmc.simulation import Simulation
+from cmc.simulation import POTENTIAL_STAGES, Simulation
 from parallel.comm import allgatherv_array
 from parallel.decomposition import rank_bounds
-from parallel.shared import NodeReplicas
-from physics.potential import (
-    compute_potential,
-    compute_potential_into,
-    potential_tail_into,
-    updated_potential,
-)
+from parallel.shared import NodeReplicas, PotentialStages
+from physics.potential import compute_potential, updated_potential
 
 MPI = pytest.importorskip("mpi4py.MPI")
 
@@ -54,7 +49,7 @@ def test_publish_equals_private_arrays(world, ranks_per_node):
     prev = None
     for k, n_total in enumerate((1000, 1100, 1500, 900, 3001)):
         r, m = _local_rows(n_total, world, k)
-        got = rep.publish(n_total, r, m, compute_potential_into)
+        got = rep.publish(n_total, r, m, POTENTIAL_STAGES)
         old_radii_kept = prev is None or np.array_equal(prev[0], prev[1])
         r_all = allgatherv_array(world, r)
         m_all = allgatherv_array(world, m)
@@ -88,7 +83,7 @@ def test_gather_equals_allgatherv(world, ranks_per_node):
     n_old = None
     for k, n_total in enumerate((1000, 1500, 900, 3001)):
         r, m = _local_rows(n_total, world, k)
-        rep.publish(n_total, r, m, compute_potential_into)
+        rep.publish(n_total, r, m, POTENTIAL_STAGES)
         for n in (n_total,) if n_old is None else (n_old, n_total):
             col = _local_rows(n, world, 100 + k)[1] - 0.5
             got = rep.gather(col, n)
@@ -109,7 +104,8 @@ def test_update_masses_equals_updated_potential(world, ranks_per_node):
     """New masses at some rows of the node's window (objects gone, products' masses) give
     updated_potential's bits in m, phi and mcum, the node's ranks each shifting its share of
     the inside: the innermost changed row at the centre, inside, in the halo and the last
-    one; a later publish starts afresh; a failing tail raises on every rank, none hangs."""
+    one; a later publish starts afresh; a stage failing on one rank raises on every rank of
+    the node, in an update and in a publish, none hangs."""
     if world.Get_size() == 1:
         return
     node = None
@@ -124,32 +120,39 @@ def test_update_masses_equals_updated_potential(world, ranks_per_node):
         rows = np.unique(np.concatenate(([first], rng.integers(first, n_total, 5))))
         masses = np.where(rng.random(rows.size) < 0.5, 0.0, rng.random(rows.size) / n_total)
         r_all, m_all, phi, mcum = (np.array(a) for a in rep.publish(n_total, r, m,
-                                                                     compute_potential_into))
+                                                                     POTENTIAL_STAGES))
         m_new = m_all.copy()
         m_new[rows] = masses
         phi_new, mcum_new = updated_potential(r_all, m_new, phi, mcum, first)
-        got = rep.update_masses(rows, masses, potential_tail_into)
+        got = rep.update_masses(rows, masses, POTENTIAL_STAGES)
         results.append(all(np.array_equal(a, b) for a, b in zip(got, (m_new, phi_new, mcum_new),
                                                                  strict=True)))
         # the outermost rows moved the potential: a shift inside, not a copy
         results.append(first == 0 or not np.array_equal(got[1][:first], phi[:first])
                        or np.all(masses == m_all[rows]))
 
-    def broken(*args):
-        raise ValueError("planted")
+    def broken(*args):  # on the node's last rank only: the others must not wait for it
+        if rep.node.Get_rank() == rep.node.Get_size() - 1:
+            raise ValueError("planted")
+        POTENTIAL_STAGES.increments(*args)
 
     r, m = _local_rows(n_total, world, 99)
-    rep.publish(n_total, r, m, compute_potential_into)
-    try:
-        rep.update_masses(np.array([5]), np.array([0.0]), broken)
-        raised = ""
-    except (ValueError, RuntimeError) as exc:
-        raised = str(exc)
+    rep.publish(n_total, r, m, POTENTIAL_STAGES)
+    raised = []
+    for call in (lambda st: rep.update_masses(np.array([5]), np.array([0.0]), st),
+                 lambda st: rep.publish(n_total, r, m, st)):
+        try:
+            call(PotentialStages(POTENTIAL_STAGES.enclosed_mass, broken,
+                                 POTENTIAL_STAGES.suffix_sum))
+            raised.append("")
+        except (ValueError, RuntimeError) as exc:
+            raised.append(str(exc))
     rep.close()
     everyone = world.allgather((all(results), raised))
     for ok, why in everyone:
         assert ok
-        assert why in ("planted", "the potential failed on this node's first rank")
+        assert all(w in ("planted", "the potential failed on another rank of this node")
+                   for w in why)
 
 
 def test_nodes_of_scattered_ranks_keep_private_arrays(world):
