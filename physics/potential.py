@@ -105,30 +105,6 @@ def potential_suffix_sum(phi: np.ndarray, first: int) -> None:
 
 
 @njit(cache=True)
-def potential_tail_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
-                        first: int) -> None:
-    """``phi`` and ``mcum`` from star ``first`` on, in place, for the masses ``m``.
-
-    :func:`compute_potential_into`'s operations on the stars from ``first`` on (the same bits
-    there as the full sum), from the enclosed mass ``mcum[first - 1]`` (read, not written)
-    and the outermost star in; the rows below ``first`` are neither read nor written, except
-    ``mcum[first - 1]``.  Inside, the full sum's potential differs by a constant:
-    :func:`updated_potential` adds it.
-
-    Parameters
-    ----------
-    r, m : ndarray of float64, shape (N,)
-        Radii sorted increasingly [Hénon length] and masses [Hénon mass].
-    phi, mcum : ndarray of float64, shape (N,)
-        Written from ``first`` on [Hénon energy per mass, Hénon mass].
-    first : int
-        First star recomputed, ``0 <= first < N``.
-    """
-    m_inside = mcum[first - 1] if first > 0 else 0.0
-    compute_potential_into(r[first:], m[first:], phi[first:], mcum[first:], m_inside)
-
-
-@njit(cache=True)
 def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
                       first: int) -> tuple[np.ndarray, np.ndarray]:
     """The potential and enclosed mass after the masses from star ``first`` on changed.
@@ -167,7 +143,9 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
         for k in range(n):
             new_phi[k] = phi[k]
         return new_phi, new_mcum
-    potential_tail_into(r, m, new_phi, new_mcum, first)
+    # the full sum's operations on the stars from `first` on (the same bits there)
+    compute_potential_into(r[first:], m[first:], new_phi[first:], new_mcum[first:],
+                           mcum[first - 1])
     shift = new_phi[first] - phi[first]
     for k in range(first):
         new_phi[k] = phi[k] + shift
