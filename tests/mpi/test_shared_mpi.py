@@ -31,6 +31,15 @@ def _local_rows(n_total: int, comm, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return r[lo:hi].copy(), m[lo:hi].copy()
 
 
+def _replicas(world, ranks_per_node: int) -> NodeReplicas | None:
+    """Node-shared arrays on the real node (``ranks_per_node`` 0) or on "nodes" of that many
+    consecutive ranks (the node communicator split further)."""
+    node = None
+    if ranks_per_node:
+        node = world.Split(world.Get_rank() // ranks_per_node, key=world.Get_rank())
+    return NodeReplicas.create(world, node)
+
+
 @pytest.mark.parametrize("ranks_per_node", [0, 1, 2])
 def test_publish_equals_private_arrays(world, ranks_per_node):
     """The shared r, m, phi, mcum are the private arrays' bits on one node (0: the real node
@@ -40,10 +49,7 @@ def test_publish_equals_private_arrays(world, ranks_per_node):
     if world.Get_size() == 1:
         assert NodeReplicas.create(world) is None
         return
-    node = None
-    if ranks_per_node:
-        node = world.Split(world.Get_rank() // ranks_per_node, key=world.Get_rank())
-    rep = NodeReplicas.create(world, node)
+    rep = _replicas(world, ranks_per_node)
     assert rep is not None
     results = []
     prev = None
@@ -75,10 +81,7 @@ def test_gather_equals_allgatherv(world, ranks_per_node):
     the layout raises."""
     if world.Get_size() == 1:
         return
-    node = None
-    if ranks_per_node:
-        node = world.Split(world.Get_rank() // ranks_per_node, key=world.Get_rank())
-    rep = NodeReplicas.create(world, node)
+    rep = _replicas(world, ranks_per_node)
     results = []
     n_old = None
     for k, n_total in enumerate((1000, 1500, 900, 3001)):
@@ -108,10 +111,7 @@ def test_update_masses_equals_updated_potential(world, ranks_per_node):
     the node, in an update and in a publish, none hangs."""
     if world.Get_size() == 1:
         return
-    node = None
-    if ranks_per_node:
-        node = world.Split(world.Get_rank() // ranks_per_node, key=world.Get_rank())
-    rep = NodeReplicas.create(world, node)
+    rep = _replicas(world, ranks_per_node)
     n_total = 2003
     rng = np.random.default_rng(11)  # the same changes on every rank
     results = []
