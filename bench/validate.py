@@ -65,7 +65,10 @@ _ROWS = [("t(r_c < 0.1 r_c0) / t_rh0", "C code 17.0-17.8 (1e4-3e4), 16.6 (1e5)",
          ("end of run / t_rh0", "", "t_end_trh"), ("steps", "", "steps"),
          ("wall time [s] (one run, threads)", "", "wall_s"),
          ("stop reason", "", "stop_reason"),
-         ("rejection-bound violations", "0 ideally", "bound_violations")]
+         ("rejection-bound violations", "0 ideally", "bound_violations"),
+         ("made (date, commit)", "", "made")]
+#: Rows of single runs only (no mean over seeds)
+_RUN_ONLY = ("stop_reason", "made")
 
 
 def _cell(v) -> str:
@@ -98,7 +101,9 @@ def write_report(results: list[dict]) -> Path:
              "2026-11-25, dropped: no three-body binaries past the collapse) and at "
              "CMC-COSMIC's defaults, 1.412 with 40-star windows: `python "
              "bench/validate.py N --seeds ... [--theta-max X] [--dt-window W]`.  The choice is "
-             "discussed in [performance.md](performance.md#time-to-solution).", "",
+             "discussed in [performance.md](performance.md#time-to-solution).  The last row "
+             "of 'Every run' gives the date and commit each run was made with ('-': before "
+             "that row existed, older code).", "",
              "## Summary: mean [min, max] over seeds", "",
              "| quantity | target | " + " | ".join(
                  f"N = {n:.0e}, theta_max {th:g}, window {w} ({len(by_n[n, th, w])} "
@@ -106,7 +111,7 @@ def write_report(results: list[dict]) -> Path:
                  for n, th, w in ns) + " |",
              "|---|---|" + "---|" * len(ns)]
     for label, target, key in _ROWS:
-        if key == "stop_reason":
+        if key in _RUN_ONLY:
             continue
         cells = []
         for g in ns:
@@ -121,11 +126,25 @@ def write_report(results: list[dict]) -> Path:
                                           for r in results) + " |",
               "|---|" + "---|" * len(results)]
     for label, _target, key in _ROWS:
-        lines.append(f"| {label} | " + " | ".join(_cell(r.get(key, "")) for r in results)
-                     + " |")
+        lines.append(f"| {label} | " + " | ".join(
+            _cell(r.get(key, "-" if key == "made" else "")) for r in results) + " |")
     path = docs / "validation.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _made() -> str:
+    """Today's date and the checked-out commit (``+`` if the tree has changes)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD") or "?"
+        dirty = "+" if git("status", "--porcelain", "--untracked-files=no") else ""
+    except OSError:  # no git
+        commit, dirty = "?", ""
+    return f"{time.strftime('%Y-%m-%d')}, {commit}{dirty}"
 
 
 def main(ns: list[int], resume: bool = False, threads: int = 0,
@@ -172,6 +191,7 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
         res["seed"] = seed
         res["theta_max"] = theta_max
         res["dt_window"] = dt_window
+        res["made"] = _made()
         if wall is not None and status == "empty":  # a whole run in one go: its wall time
             res["wall_s"] = wall
             res["threads"] = threads
