@@ -1085,8 +1085,8 @@ class Simulation:
             self.m_all = self.m_all.copy()
             self.m_all[changed] = upd[:, 1]
             # only the shells from the innermost changed one on are summed again; inside it
-            # the potential moves by a constant (the escapers leave from the halo: at N = 1e6
-            # one pass instead of a division per star and two chains over all N)
+            # the potential moves by a constant (the unbound stars leave from near the centre
+            # as often as not, so the saving is small in a run)
             self.phi_all, self.mcum_all = updated_potential(
                 self.r_all, self.m_all, self.phi_all, self.mcum_all, int(changed.min()))
         return gone, ev[:, [3, 0, 1]]

@@ -40,36 +40,12 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
     return phi, mcum
 
 
-@njit(cache=True)
-def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
-                           mcum: np.ndarray, m_inside: float = 0.0) -> None:
-    """:func:`compute_potential` into given arrays ``phi`` and ``mcum`` (of ``r``'s length;
-    e.g. the node-shared ones of :class:`parallel.shared.NodeReplicas`).  ``m_inside``: the
-    mass of stars inside ``r[0]`` that are not in the arrays (the enclosed mass of the
-    star before a tail of the full arrays; its shells add a constant inside, see
-    :func:`updated_potential`)."""
-    n = r.shape[0]
-    acc = m_inside
-    for k in range(n):
-        acc += m[k]
-        mcum[k] = acc
-    if n == 0:
-        return
-    # The increments first (independent, vectorised: one division per star), then the serial
-    # sum: the same operations in the same order as phi[k + 1] - mcum[k] * (1/r[k] - 1/r[k+1])
-    # in one loop, so the same bits, without two divisions on the loop's dependency chain.
-    inv = 1.0 / r
-    for k in range(n - 1):
-        phi[k] = mcum[k] * (inv[k] - inv[k + 1])
-    phi[n - 1] = -mcum[n - 1] / r[n - 1]
-    for k in range(n - 2, -1, -1):
-        phi[k] = phi[k + 1] - phi[k]
-
-
-# The potential in three stages, for the ranks of a node that share one copy of the arrays
-# (parallel.shared.NodeReplicas): the enclosed mass and the final sum are chains (one rank),
-# the increments between them divide (each rank its share of the rows).  Together they are
-# compute_potential_into's operations, so its bits.
+# The potential in three stages: the enclosed mass and the final sum are chains, the
+# increments between them independent (vectorised: one division per star, none on the final
+# sum's dependency chain; the same operations in the same order as phi[k + 1] - mcum[k] *
+# (1/r[k] - 1/r[k+1]) in one loop, so the same bits).  The ranks of a node that share one copy
+# of the arrays (parallel.shared.NodeReplicas) run the chains on one rank and split the
+# increments; updated_potential runs them from the innermost changed star on.
 @njit(cache=True)
 def enclosed_mass_into(m: np.ndarray, mcum: np.ndarray, first: int) -> None:
     """Stage 1: ``mcum[k] = mcum[k - 1] + m[k]`` for ``k >= first`` (from 0 at ``first = 0``;
@@ -105,6 +81,17 @@ def potential_suffix_sum(phi: np.ndarray, first: int) -> None:
 
 
 @njit(cache=True)
+def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
+                           mcum: np.ndarray) -> None:
+    """:func:`compute_potential` into given arrays ``phi`` and ``mcum`` (of ``r``'s length):
+    the three stages above over all stars."""
+    n = r.shape[0]
+    enclosed_mass_into(m, mcum, 0)
+    potential_increments_into(r, mcum, phi, 0, n)
+    potential_suffix_sum(phi, 0)
+
+
+@njit(cache=True)
 def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
                       first: int) -> tuple[np.ndarray, np.ndarray]:
     """The potential and enclosed mass after the masses from star ``first`` on changed.
@@ -134,9 +121,6 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
     new_phi = np.empty(n)
     new_mcum = np.empty(n)
     first = max(0, min(first, n))
-    if first == 0:
-        compute_potential_into(r, m, new_phi, new_mcum)
-        return new_phi, new_mcum
     for k in range(first):
         new_mcum[k] = mcum[k]
     if first == n:
@@ -144,11 +128,13 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
             new_phi[k] = phi[k]
         return new_phi, new_mcum
     # the full sum's operations on the stars from `first` on (the same bits there)
-    compute_potential_into(r[first:], m[first:], new_phi[first:], new_mcum[first:],
-                           mcum[first - 1])
-    shift = new_phi[first] - phi[first]
-    for k in range(first):
-        new_phi[k] = phi[k] + shift
+    enclosed_mass_into(m, new_mcum, first)
+    potential_increments_into(r, new_mcum, new_phi, first, n)
+    potential_suffix_sum(new_phi, first)
+    if first > 0:
+        shift = new_phi[first] - phi[first]
+        for k in range(first):
+            new_phi[k] = phi[k] + shift
     return new_phi, new_mcum
 
 

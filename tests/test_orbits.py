@@ -328,16 +328,29 @@ def test_two_phase_kernel_equals_blockwise_twin(plummer_5k, threads):
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
 
 
+def _chained_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Plain numpy/Python twin of compute_potential's arithmetic (a sequential cumulative sum,
+    the increments, the sum from the outermost star in), so its bits."""
+    mcum = np.add.accumulate(m)
+    inv = 1.0 / r
+    phi = np.empty_like(r)
+    phi[:-1] = mcum[:-1] * (inv[:-1] - inv[1:])
+    phi[-1] = -mcum[-1] / r[-1]
+    for k in range(r.size - 2, -1, -1):
+        phi[k] = phi[k + 1] - phi[k]
+    return phi, mcum
+
+
 @pytest.mark.parametrize("parts", [1, 2, 3, 7, 16])
 @pytest.mark.parametrize("first", [0, 1, 500, 998, 999])
-def test_staged_potential_equals_compute_potential(parts, first):
+def test_staged_potential_equals_its_plain_twin(parts, first):
     """The potential in stages (enclosed mass, increments split into ``parts`` shares of the
-    rows from ``first`` on, the final sum), as the ranks of a node compute it, is
-    compute_potential_into's bits on the rows from ``first`` on (its full sum at 0, its tail
-    from the enclosed mass inside ``first`` elsewhere) and leaves the rows inside alone."""
+    rows from ``first`` on, the final sum), as the ranks of a node compute it, holds the
+    plain twin's bits on the rows from ``first`` on and leaves the rows inside alone;
+    compute_potential (the stages over all stars) holds them everywhere."""
     from parallel.decomposition import rank_bounds
     from physics.potential import (
-        compute_potential_into,
+        compute_potential,
         enclosed_mass_into,
         potential_increments_into,
         potential_suffix_sum,
@@ -347,10 +360,9 @@ def test_staged_potential_equals_compute_potential(parts, first):
     n = 999
     r = np.sort(rng.random(n) ** -0.6)
     m = rng.random(n) / n
-    want_phi, want_mcum = np.full(n, np.nan), np.full(n, np.nan)
-    want_mcum[:first] = np.cumsum(m[:first])
-    compute_potential_into(r[first:], m[first:], want_phi[first:], want_mcum[first:],
-                           want_mcum[first - 1] if first else 0.0)
+    want_phi, want_mcum = _chained_potential(r, m)
+    for got, want in zip(compute_potential(r, m), (want_phi, want_mcum), strict=True):
+        np.testing.assert_array_equal(got, want)
     phi, mcum = np.full(n, np.nan), want_mcum.copy()
     mcum[first:] = np.nan
     enclosed_mass_into(m, mcum, first)
