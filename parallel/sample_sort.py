@@ -911,15 +911,17 @@ def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | N
     order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
     # a column holding one value needs no permutation: its random reads are a sort's cost
     same = _uniform_fields(fields, key, tiebreak)
-
-    def uniform(arr: np.ndarray, value: bytes) -> np.ndarray:
-        if share_uniform and arr.ndim == 1 and arr.flags.c_contiguous \
-                and arr.shape[0] >= order.size:
-            return arr[:order.size]  # every element is the value: any prefix is the column
-        return _filled(arr.dtype, order.size, value)
-
-    return {name: uniform(arr, same[name]) if name in same
+    return {name: _uniform_column(arr, same[name], order.size, share_uniform) if name in same
             else gather_rows(arr, order) for name, arr in fields.items()}
+
+
+def _uniform_column(arr: np.ndarray, value: bytes, n: int, share: bool) -> np.ndarray:
+    """A column of ``n`` elements ``value`` (the bytes every element of ``arr`` holds): with
+    ``share`` a prefix of ``arr`` where it is long enough (every element is the value, so any
+    prefix is the column), else a new array."""
+    if share and arr.ndim == 1 and arr.flags.c_contiguous and arr.shape[0] >= n:
+        return arr[:n]
+    return _filled(arr.dtype, n, value)
 
 
 # ---------------------------------------------------------------------------
@@ -986,26 +988,91 @@ def default_sample_size(n_ranks: int, n_local: int = 0) -> int:
     return int(min(max(4 * n_ranks, 64, n_local // 64), 4096))
 
 
-def _place(fields: Mapping[str, np.ndarray], own: np.ndarray, own_pos: np.ndarray,
+# The MPI sort's own stars go from this rank's fields straight to their merged positions, and
+# the stars that leave straight into their records: one field after another, each read at
+# random but alone (a rank's field, 0.4 MB at N = 1e5 on two ranks, stays in its core's L2
+# cache; all fields together, 2.4 MB, do not: a loop over the fields inside a chunk of stars
+# took 2.5 ms per step for the own stars, against 1.3 to pack and permute whole records and
+# 0.7 to unpack them at their positions).  Each thread takes a contiguous share of the rows.
+@njit(cache=True, parallel=True)
+def _fields_to_rows(srcs, rows, pos, dsts, offsets, parts):
+    """``dsts[f][pos[i], offsets[f]:] = srcs[f][rows[i]]`` for every field ``f`` (rows of
+    32-bit words; ``pos`` None: row ``i``), in ``parts`` shares of the rows."""
+    n = rows.shape[0]
+    share = (n + parts - 1) // parts
+    for c in prange(parts):
+        lo = c * share
+        hi = min(n, lo + share)
+        for f in range(len(srcs)):
+            src = srcs[f]
+            dst = dsts[f]
+            o = offsets[f]
+            if src.shape[1] == 2:
+                for i in range(lo, hi):
+                    j = rows[i]
+                    k = i if pos is None else pos[i]
+                    dst[k, o] = src[j, 0]
+                    dst[k, o + 1] = src[j, 1]
+            else:
+                for i in range(lo, hi):
+                    j = rows[i]
+                    k = i if pos is None else pos[i]
+                    for w in range(src.shape[1]):
+                        dst[k, o + w] = src[j, w]
+
+
+def _field_words(fields: Mapping[str, np.ndarray]) -> tuple:
+    n = next(iter(fields.values())).shape[0]
+    return tuple(_as_words(np.ascontiguousarray(a), n) for a in fields.values())
+
+
+def _shares(n: int) -> int:
+    """Shares of ``n`` rows for :func:`_fields_to_rows`: one per thread, none under a chunk."""
+    import numba
+
+    return max(1, min(numba.get_num_threads(), n // _PACK_CHUNK))
+
+
+def _pack_rows(fields: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """The records of the stars ``rows`` of ``fields``, in that order (the MPI sort's stars
+    that leave: about a fifth at P = 2; :func:`pack_records` with an order packs every star
+    and then permutes them all)."""
+    rec = np.empty(rows.shape[0], dtype=_record_dtype(fields))
+    offs = _word_layout(rec.dtype, list(fields))
+    if offs is None:
+        for name, arr in fields.items():
+            rec[name] = arr[rows]
+    elif rows.shape[0]:
+        words = _as_words(rec, rows.shape[0])
+        _fields_to_rows(_field_words(fields), np.ascontiguousarray(rows, dtype=np.intp), None,
+                        (words,) * len(fields), offs, _shares(rows.shape[0]))
+    return rec
+
+
+def _place(fields: Mapping[str, np.ndarray], own_rows: np.ndarray, own_pos: np.ndarray,
            rec: np.ndarray, rec_pos: np.ndarray) -> Fields:
-    """New arrays of ``own.size + rec.size`` rows (the dtypes and shapes of ``fields``): row
-    ``own_pos[i]`` is record ``own[i]``, row ``rec_pos[j]`` is record ``rec[j]``."""
-    m = own.shape[0] + rec.shape[0]
+    """New arrays of ``own_rows.size + rec.size`` rows (the dtypes and shapes of ``fields``):
+    row ``own_pos[i]`` is star ``own_rows[i]`` of ``fields``, row ``rec_pos[j]`` is record
+    ``rec[j]``."""
+    m = own_rows.shape[0] + rec.shape[0]
     out = {name: np.empty((m,) + arr.shape[1:], dtype=arr.dtype) for name, arr in fields.items()}
     offs = _word_layout(rec.dtype, list(fields))
     if m == 0:
         return out
     if offs is None:
-        for name in fields:
-            out[name][own_pos] = own[name]
+        for name, arr in fields.items():
+            out[name][own_pos] = arr[own_rows]
             out[name][rec_pos] = rec[name]
         return out
     dsts = tuple(_as_words(a, m) for a in out.values())
-    for src, pos in ((own, own_pos), (rec, rec_pos)):
-        if pos.shape[0]:
-            _records_to_words(_as_words(np.ascontiguousarray(src), src.shape[0]), offs,
-                              pos.shape[0], None, np.ascontiguousarray(pos, dtype=np.intp),
-                              dsts)
+    if own_rows.shape[0]:
+        _fields_to_rows(_field_words(fields), np.ascontiguousarray(own_rows, dtype=np.intp),
+                        np.ascontiguousarray(own_pos, dtype=np.intp), dsts,
+                        np.zeros(len(fields), dtype=np.int64), _shares(own_rows.shape[0]))
+    if rec_pos.shape[0]:
+        _records_to_words(_as_words(np.ascontiguousarray(rec), rec.shape[0]), offs,
+                          rec_pos.shape[0], None, np.ascontiguousarray(rec_pos, dtype=np.intp),
+                          dsts)
     return out
 
 
@@ -1019,12 +1086,14 @@ def _sample_sort_records(
     chunk: int | None = None,
     splitters: np.ndarray | None = None,
     report: dict | None = None,
+    share_uniform: bool = False,
 ) -> Fields:
     """Sample Sort proper on ``size > 1`` communicators: this rank's sorted run of stars.
 
-    The records, packed in sorted order, go out one slice per destination; only the stars
-    that change rank travel (at P = 2 about a fifth), this rank's own slice stays, and both it
-    and the received runs are placed at their merged positions (:func:`_place`).
+    Only the stars that change rank (at P = 2 about a fifth) are packed into records, in
+    sorted order, and go out one slice per destination; this rank's own stars stay in its
+    fields, and both they and the received runs are placed at their merged positions
+    (:func:`_place`).
 
     With ``chunk`` the cuts are made exact (:func:`_exact_cuts`), so that the one exchange
     leaves every rank its ``block_counts(N, P, chunk)`` records: no redistribution after it.
@@ -1051,6 +1120,7 @@ def _sample_sort_records(
     # one value on every rank stay out of the records (rank 0 decides with the splitters,
     # or every rank from the exact cuts' gather)
     same = _uniform_fields(fields, key, tiebreak) if n_local else None
+    own_same = same or {}
 
     if splitters is None:
         msg, split, n_total, same = _sampled_splitters(comm, keys, tbs, n_local, sample_size,
@@ -1088,8 +1158,13 @@ def _sample_sort_records(
     send_counts = np.diff(edges)
     send_counts[me] = 0
     sent = {name: arr for name, arr in fields.items() if name not in same}
-    rec = pack_records(sent, order)  # in sorted order: each destination's run is a slice
-    received, run_counts = _exchange(comm, rec, send_counts, edges[:-1])
+    # only the stars that leave are packed, in sorted order: each destination's run a slice
+    # (those below this rank's own slice first, then those above it)
+    starts = edges[:-1].copy()
+    starts[me + 1:] -= hi - lo
+    received, run_counts = _exchange(comm, _pack_rows(sent, np.concatenate((order[:lo],
+                                                                            order[hi:]))),
+                                     send_counts, starts)
 
     # Phase 5: merge this rank's own run with the received ones (those of several ranks
     # merged among themselves first), then place every row at its merged position.
@@ -1107,10 +1182,12 @@ def _sample_sort_records(
     where_own, where_rec = _merge_two(own_keys, own_tbs, rk, rt, src < me)
     if rorder is not None:
         where_rec[rorder] = where_rec.copy()
-    placed = _place(sent, rec[lo:hi], where_own, received, where_rec)
+    placed = _place(sent, order[lo:hi], where_own, received, where_rec)
     n_out = where_own.size + where_rec.size
-    return {name: _filled(arr.dtype, n_out, same[name]) if name in same
-            else placed[name] for name, arr in fields.items()}
+    # (a column of one value shared only where it holds the common value here)
+    return {name: _uniform_column(arr, same[name], n_out,
+                                  share_uniform and own_same.get(name) == same[name])
+            if name in same else placed[name] for name, arr in fields.items()}
 
 
 def _sampled_splitters(comm: Any, keys: np.ndarray | None, tbs: np.ndarray | None,
@@ -1518,10 +1595,11 @@ def parallel_sort(
         Increasing indices of the local stars to keep (default all): the others are dropped
         (escapers), without a copy of every field before the sort.
     share_uniform : bool, optional
-        On one rank, a column whose values are all the same (bit for bit) may come back as a
-        view of the input column (a prefix of it) instead of a new array: for a caller that
-        drops its input (the step's sort of the star table), 0.2 ms per step at N = 1e5
-        saved.  Writing into such a column writes into the input.
+        A column whose values are all the same (bit for bit; on several ranks, the same value
+        on every rank) may come back as a view of this rank's input column (a prefix of it,
+        where it is long enough) instead of a new array: for a caller that drops its input
+        (the step's sort of the star table), 0.2 ms per step at N = 1e5 saved on one rank,
+        0.3 per rank on two.  Writing into such a column writes into the input.
     splitters : numpy.ndarray of float, optional
         On ``P > 1`` ranks, guesses of the keys at the ``P - 1`` block bounds, non-decreasing,
         no NaN, the same on every rank (the step passes the last step's radii there): the
@@ -1560,4 +1638,4 @@ def parallel_sort(
                              f"numbers without NaN (or {size - 1} such rows), got {splitters!r}")
         splitters = guesses
     return _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows, chunk,
-                                splitters, report)
+                                splitters, report, share_uniform)

@@ -313,6 +313,49 @@ def test_pack_unpack_roundtrip():
         pack_records({})
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("extra", ["", "vector", "int8"])
+def test_pack_rows_and_place_equal_numpy(threads, extra):
+    """The MPI sort's two field kernels against numpy: :func:`_pack_rows` (the records of
+    some stars in a given order, read from the fields) is ``pack_records`` of the fields
+    indexed so, and :func:`_place` (own stars from the fields, received records, at their
+    merged positions) is numpy's scatter of both; with a sub-array member, a layout that is
+    not word-aligned (numpy's path), any number of threads, and no rows at all."""
+    import numba
+
+    from parallel.sample_sort import _pack_rows, _place
+
+    rng = np.random.default_rng(8)
+    n, m = 3000, 700
+    fields = _stars(n)
+    if extra == "vector":
+        fields["v"] = rng.random((n, 3))
+    elif extra == "int8":
+        fields["flag"] = rng.integers(0, 9, n).astype(np.int8)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for k in (0, 1, m):
+            rows = rng.choice(n, k, replace=False)
+            rec = _pack_rows(fields, rows)
+            want = pack_records({name: a[rows] for name, a in fields.items()})
+            assert rec.dtype == want.dtype and rec.shape == want.shape
+            for name in fields:  # (member by member: the padding bytes are not set)
+                np.testing.assert_array_equal(rec[name], want[name], err_msg=name)
+            own = rng.choice(n, n - k, replace=False)  # own stars' rows, a merged layout
+            pos = rng.permutation(n)
+            own_pos, rec_pos = np.sort(pos[:n - k]), np.sort(pos[n - k:])
+            out = _place(fields, own, own_pos, rec, rec_pos)
+            for name, a in fields.items():
+                ref = np.empty_like(a)
+                ref[own_pos] = a[own]
+                ref[rec_pos] = a[rows]
+                assert out[name].dtype == a.dtype and out[name].flags.c_contiguous
+                np.testing.assert_array_equal(out[name], ref, err_msg=name)
+    finally:
+        numba.set_num_threads(old)
+
+
 @pytest.mark.parametrize("runs", [[0], [7], [5, 0, 9], [1, 1, 1, 1, 1], [300, 0, 0, 41, 77, 2]])
 @pytest.mark.parametrize("ndistinct", [None, 3])
 def test_merge_runs_is_a_stable_sort(runs, ndistinct):

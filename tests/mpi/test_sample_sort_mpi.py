@@ -313,6 +313,37 @@ def test_parallel_sort_uniform_columns(on_subcomms, n, layout):
         check_uniform_bits(values(outcomes), expected, p)
 
 
+@pytest.mark.parametrize("layout", ["even", "first", "interleaved"])
+@pytest.mark.parametrize("n", [45, 1003])
+def test_parallel_sort_shares_uniform_columns(on_subcomms, n, layout):
+    """``share_uniform`` on any number of ranks: the same bits as the copying path (a NaN's
+    payload, -0.0 beside 0.0); a one-value column comes back as a prefix of this rank's input
+    column only where that column held the common value and is long enough (``zero`` holds
+    -0.0 on some ranks, 0.0 on others: never shared there), and every other column is new.
+    """
+    stars = _with_uniform_columns(global_stars("random", n))
+    dropped = np.random.default_rng(19).random(n) < 0.05
+    expected = reference_sort(take(stars, np.flatnonzero(~dropped)))
+    common = {"one", "type", "nan", "none"}  # one value, one bit pattern, on every rank
+
+    def run(comm):
+        idx = local_indices(layout, n, comm.size, comm.rank)
+        mine = take(stars, idx)
+        out = parallel_sort(comm, mine, rows=np.flatnonzero(~dropped[idx]), share_uniform=True)
+        n_out = len(out["r"])
+        shared = {k for k in out if np.shares_memory(out[k], mine[k])}
+        may = {k for k in common if len(idx) >= n_out > 0}
+        return out, shared, may
+
+    for p, outcomes in on_subcomms(run).items():
+        got = values(outcomes)
+        check_uniform_bits([g[0] for g in got], expected, p)
+        for _, shared, may in got:
+            assert shared == may, (p, shared, may)
+        # (a fault that never shares would pass the equality above only where nothing may)
+        assert any(g[2] for g in got) or layout == "first", p
+
+
 @pytest.mark.parametrize("layout", ["uneven", "first"])
 @pytest.mark.parametrize("case", CASES)
 def test_parallel_sort_selected_rows(on_subcomms, case, layout):
