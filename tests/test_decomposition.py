@@ -345,13 +345,17 @@ def test_pack_rows_and_place_equal_numpy(threads, extra):
             own = rng.choice(n, n - k, replace=False)  # own stars' rows, a merged layout
             pos = rng.permutation(n)
             own_pos, rec_pos = np.sort(pos[:n - k]), np.sort(pos[n - k:])
-            out = _place(fields, own, own_pos, rec, rec_pos)
+            ref = {}
             for name, a in fields.items():
-                ref = np.empty_like(a)
-                ref[own_pos] = a[own]
-                ref[rec_pos] = a[rows]
-                assert out[name].dtype == a.dtype and out[name].flags.c_contiguous
-                np.testing.assert_array_equal(out[name], ref, err_msg=name)
+                ref[name] = np.empty_like(a)
+                ref[name][own_pos] = a[own]
+                ref[name][rec_pos] = a[rows]
+            # the own stars from the fields, or from their records (larger ranks)
+            for own_rec in (None, pack_records(fields, own)):
+                out = _place(fields, own, own_pos, rec, rec_pos, own_rec)
+                for name, a in fields.items():
+                    assert out[name].dtype == a.dtype and out[name].flags.c_contiguous
+                    np.testing.assert_array_equal(out[name], ref[name], err_msg=name)
     finally:
         numba.set_num_threads(old)
 

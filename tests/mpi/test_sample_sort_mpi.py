@@ -294,6 +294,30 @@ def test_bad_splitter_guesses_raise_on_all_ranks(on_subcomms, bad):
             assert all(o[0] == "err" and "splitters" in o[1] for o in outcomes), outcomes
 
 
+@pytest.mark.parametrize("layout", ["uneven", "interleaved"])
+@pytest.mark.parametrize("case", ["random", "duplicates"])
+def test_parallel_sort_whole_records(on_subcomms, monkeypatch, case, layout):
+    """Above ``FIELD_GATHER_MAX`` stars on a rank every record is packed whole and permuted
+    (a field larger than the cache): the same result, with dropped rows, one-value columns
+    and a sub-array member."""
+    import parallel.sample_sort as ss
+
+    monkeypatch.setattr(ss, "FIELD_GATHER_MAX", 0)
+    n = 1003
+    stars = _with_uniform_columns(global_stars(case, n))
+    stars["v"] = np.arange(3.0 * n).reshape(n, 3)
+    dropped = np.random.default_rng(23).random(n) < 0.05
+    expected = reference_sort(take(stars, np.flatnonzero(~dropped)))
+
+    def run(comm):
+        idx = local_indices(layout, n, comm.size, comm.rank)
+        return parallel_sort(comm, take(stars, idx), rows=np.flatnonzero(~dropped[idx]),
+                             share_uniform=True)
+
+    for p, outcomes in on_subcomms(run).items():
+        check_uniform_bits(values(outcomes), expected, p)
+
+
 @pytest.mark.parametrize("layout", ["even", "first", "interleaved"])
 @pytest.mark.parametrize("n", [0, 1, 45, 1003])
 def test_parallel_sort_uniform_columns(on_subcomms, n, layout):
