@@ -989,7 +989,7 @@ def default_sample_size(n_ranks: int, n_local: int = 0) -> int:
 
 
 #: Up to this many stars on a rank, the MPI sort reads its fields one at a time in sorted
-#: order (:func:`_fields_to_rows`): 1 MB per 8-byte field, within a core's L2 cache (2 MB on
+#: order (:func:`_move_fields`): 1 MB per 8-byte field, within a core's L2 cache (2 MB on
 #: the machines measured).  Above it a field does not fit, and the records are packed whole
 #: and permuted (one random access per star instead of one per field): at N = 1e6 on two
 #: ranks (5e5 stars each) the sort took 0.066-0.078 us per star-step reading the fields,
