@@ -314,13 +314,15 @@ def test_pack_unpack_roundtrip():
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("extra", ["", "vector", "int8"])
+@pytest.mark.parametrize("extra", ["", "vector", "int8", "complex64", "int32"])
 def test_pack_rows_and_place_equal_numpy(threads, extra):
     """The MPI sort's two field kernels against numpy: :func:`_pack_rows` (the records of
     some stars in a given order, read from the fields) is ``pack_records`` of the fields
     indexed so, and :func:`_place` (own stars from the fields, received records, at their
-    merged positions) is numpy's scatter of both; with a sub-array member, a layout that is
-    not word-aligned (numpy's path), any number of threads, and no rows at all."""
+    merged positions) is numpy's scatter of both; with a sub-array member, an 8-byte member
+    at an odd 32-bit word (after an int32: the 32-bit kernel's two-word branch), records of
+    4-byte members only, a layout that is not word-aligned (numpy's path), any number of
+    threads, and no rows at all."""
     import numba
 
     from parallel.sample_sort import _pack_rows, _place
@@ -332,6 +334,10 @@ def test_pack_rows_and_place_equal_numpy(threads, extra):
         fields["v"] = rng.random((n, 3))
     elif extra == "int8":
         fields["flag"] = rng.integers(0, 9, n).astype(np.int8)
+    elif extra == "complex64":  # after "k" (int32): at an odd word of the record
+        fields["z"] = (rng.random(n) + 1j * rng.random(n)).astype(np.complex64)
+    elif extra == "int32":
+        fields = {"k": fields["k"], "q": rng.integers(0, 99, n).astype(np.int32)}
     old = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:

@@ -294,18 +294,22 @@ def test_bad_splitter_guesses_raise_on_all_ranks(on_subcomms, bad):
             assert all(o[0] == "err" and "splitters" in o[1] for o in outcomes), outcomes
 
 
+@pytest.mark.parametrize("words", [True, False])
 @pytest.mark.parametrize("layout", ["uneven", "interleaved"])
 @pytest.mark.parametrize("case", ["random", "duplicates"])
-def test_parallel_sort_whole_records(on_subcomms, monkeypatch, case, layout):
+def test_parallel_sort_whole_records(on_subcomms, monkeypatch, case, layout, words):
     """Above ``FIELD_GATHER_MAX`` stars on a rank every record is packed whole and permuted
     (a field larger than the cache): the same result, with dropped rows, one-value columns
-    and a sub-array member."""
+    and a sub-array member; through the compiled kernels (``words``: no 1-byte field) and
+    through numpy's path."""
     import parallel.sample_sort as ss
 
     monkeypatch.setattr(ss, "FIELD_GATHER_MAX", 0)
     n = 1003
     stars = _with_uniform_columns(global_stars(case, n))
     stars["v"] = np.arange(3.0 * n).reshape(n, 3)
+    if words:
+        del stars["flag"]
     dropped = np.random.default_rng(23).random(n) < 0.05
     expected = reference_sort(take(stars, np.flatnonzero(~dropped)))
 
@@ -366,6 +370,30 @@ def test_parallel_sort_shares_uniform_columns(on_subcomms, n, layout):
             assert shared == may, (p, shared, may)
         # (a fault that never shares would pass the equality above only where nothing may)
         assert any(g[2] for g in got) or layout == "first", p
+
+
+def test_parallel_sort_shares_only_the_common_value(on_subcomms):
+    """A rank whose stars are all dropped holds another one-value column than the others
+    (``type`` 7 there, 1 elsewhere): the common value is the kept stars' (1), and that rank's
+    output, which holds stars of the others, is filled with it, not a prefix of its 7s."""
+    n = 400
+    stars = global_stars("random", n)
+
+    def run(comm):
+        idx = local_indices("even", n, comm.size, comm.rank)
+        mine = take(stars, idx)
+        gone = comm.size > 1 and comm.rank == comm.size - 1
+        mine["type"] = np.full(len(idx), 7 if gone else 1, dtype=np.int32)
+        keep = np.arange(0 if gone else len(idx))
+        out = parallel_sort(comm, mine, rows=keep, share_uniform=True)
+        return out, len(out["r"])
+
+    for p, outcomes in on_subcomms(run).items():
+        got = values(outcomes)
+        kept = np.concatenate([local_indices("even", n, p, q) for q in range(max(p - 1, 1))])
+        expected = reference_sort({**take(stars, kept), "type": np.ones(kept.size, np.int32)})
+        check_blocks([g[0] for g in got], expected, p)
+        assert p == 1 or got[-1][1] > 0, p  # the rank without kept stars receives some
 
 
 @pytest.mark.parametrize("layout", ["uneven", "first"])
