@@ -1001,92 +1001,51 @@ FIELD_GATHER_MAX = 1 << 17
 # random but alone (a rank's field, 0.4 MB at N = 1e5 on two ranks, stays in its core's L2
 # cache; all fields together, 2.4 MB, do not: a loop over the fields inside a chunk of stars
 # took 2.5 ms per step for the own stars, against 1.3 to pack and permute whole records and
-# 0.7 to unpack them at their positions).  Each thread takes a contiguous share of the rows.
+# 0.7 to unpack them at their positions).  The 8-byte fields (nearly all) move as one 64-bit
+# word each (0.41 against 0.74 ms for 4e4 stars' six fields as 32-bit words), the rows shared
+# between the threads; each field is first read in order, one load per cache line, so that
+# its random reads then hit the core's cache: inside the step the fields are cold (the orbit
+# step came between), and the random reads paid a miss each (_place 1.0-1.25 against 2.1-2.7
+# ms per rank and step at N = 1e5 on two ranks, three alternations).
 @njit(cache=True, parallel=True)
-def _fields_to_rows(srcs, rows, pos, dsts, offsets, parts):
-    """``dsts[f][pos[i], offsets[f]:] = srcs[f][rows[i]]`` for every field ``f`` (rows of
-    32-bit words; ``pos`` None: row ``i``), in ``parts`` shares of the rows."""
-    n = rows.shape[0]
-    share = (n + parts - 1) // parts
-    for c in prange(parts):
-        lo = c * share
-        hi = min(n, lo + share)
-        for f in range(len(srcs)):
-            src = srcs[f]
-            dst = dsts[f]
-            o = offsets[f]
-            if src.shape[1] == 2:
-                for i in range(lo, hi):
-                    j = rows[i]
-                    k = i if pos is None else pos[i]
-                    dst[k, o] = src[j, 0]
-                    dst[k, o + 1] = src[j, 1]
-            else:
-                for i in range(lo, hi):
-                    j = rows[i]
-                    k = i if pos is None else pos[i]
-                    for w in range(src.shape[1]):
-                        dst[k, o + w] = src[j, w]
-
-
-# The 8-byte fields (nearly all) move as one 64-bit word each, a field at a time, the rows
-# shared between the threads: 0.41 against 0.74 ms for 4e4 stars' six fields through the
-# 32-bit word kernel above.  Each field is first read in order, one load per cache line, so
-# that its random reads then hit the core's cache: inside the step the fields are cold (the
-# orbit step came between), and the random reads paid a miss each (_place 1.0-1.25 against
-# 2.1-2.7 ms per rank and step at N = 1e5 on two ranks, three alternations).
-@njit(cache=True, parallel=True)
-def _fields_to_rows8(srcs, rows, pos, dsts, cols, strides):
-    """``dsts[f][pos[i] * strides[f] + cols[f]] = srcs[f][rows[i]]`` (64-bit words, ``dsts``
-    flat rows of ``strides[f]`` words; ``pos`` None: row ``i``).  Returns a checksum of the
-    words read in order (so that the compiler keeps those reads)."""
+def _move_words(srcs, rows, pos, dsts):
+    """``dsts[f][pos[i]] = srcs[f][rows[i]]`` for every field ``f`` (64-bit words; ``pos``
+    None: row ``i``).  Returns a checksum of the words read in order (so that the compiler
+    keeps those reads)."""
     seen = np.uint64(0)
     for f in range(len(srcs)):
         src = srcs[f]
         dst = dsts[f]
-        col = cols[f]
-        stride = strides[f]
         for i in range(0, src.shape[0], 8):  # one load per cache line, in order
             seen ^= src[i]
         if pos is None:
             for i in prange(rows.shape[0]):
-                dst[i * stride + col] = src[rows[i]]
+                dst[i] = src[rows[i]]
         else:
             for i in prange(rows.shape[0]):
-                dst[pos[i] * stride + col] = src[rows[i]]
+                dst[pos[i]] = src[rows[i]]
     return seen
 
 
 def _move_fields(fields: Mapping[str, np.ndarray], rows: np.ndarray, pos: np.ndarray | None,
-                 dsts: tuple, offsets: np.ndarray) -> None:
-    """Row ``pos[i]`` (or ``i``) of ``dsts[f]`` from word ``offsets[f]`` on = star ``rows[i]``
-    of field ``f`` (``dsts``: rows of 32-bit words, :func:`_as_words`)."""
+                 dsts: Mapping[str, np.ndarray]) -> None:
+    """``dsts[name][pos[i]] = fields[name][rows[i]]`` for every field (``pos`` None: row
+    ``i``); ``dsts`` are arrays or a record array's members.  The 1-d 8-byte fields by
+    :func:`_move_words`, the others (rare: none travels in a step) by numpy."""
     rows = np.ascontiguousarray(rows, dtype=np.intp)
     pos = None if pos is None else np.ascontiguousarray(pos, dtype=np.intp)
-    eight, other = [], []
-    for f, arr in enumerate(fields.values()):
-        wide = (arr.ndim == 1 and arr.dtype.itemsize == 8 and offsets[f] % 2 == 0
-                and dsts[f].shape[1] % 2 == 0)
-        (eight if wide else other).append(f)
-    arrs = list(fields.values())
-    if eight:
-        _fields_to_rows8(tuple(np.ascontiguousarray(arrs[f]).view(np.uint64) for f in eight),
-                         rows, pos, tuple(dsts[f].view(np.uint64).reshape(-1) for f in eight),
-                         np.array([offsets[f] // 2 for f in eight], dtype=np.int64),
-                         np.array([dsts[f].shape[1] // 2 for f in eight], dtype=np.int64))
-    if other:
-        n_src = arrs[0].shape[0]
-        _fields_to_rows(tuple(_as_words(np.ascontiguousarray(arrs[f]), n_src) for f in other),
-                        rows, pos, tuple(dsts[f] for f in other),
-                        np.array([offsets[f] for f in other], dtype=np.int64),
-                        _shares(rows.shape[0]))
-
-
-def _shares(n: int) -> int:
-    """Shares of ``n`` rows for :func:`_fields_to_rows`: one per thread, none under a chunk."""
-    import numba
-
-    return max(1, min(numba.get_num_threads(), n // _PACK_CHUNK))
+    srcs, words = [], []
+    for name, arr in fields.items():
+        dst = dsts[name]
+        if arr.ndim == 1 and arr.dtype.itemsize == 8 and dst.view(np.uint64).flags.aligned:
+            srcs.append(np.ascontiguousarray(arr).view(np.uint64))
+            words.append(dst.view(np.uint64))
+        elif pos is None:
+            dst[...] = arr[rows]
+        else:
+            dst[pos] = arr[rows]
+    if srcs:
+        _move_words(tuple(srcs), rows, pos, tuple(words))
 
 
 def _pack_rows(fields: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
@@ -1094,12 +1053,8 @@ def _pack_rows(fields: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray
     that leave: about a fifth at P = 2; :func:`pack_records` with an order packs every star
     and then permutes them all)."""
     rec = np.empty(rows.shape[0], dtype=_record_dtype(fields))
-    offs = _word_layout(rec.dtype, list(fields))
-    if offs is None:
-        for name, arr in fields.items():
-            rec[name] = arr[rows]
-    elif rows.shape[0]:
-        _move_fields(fields, rows, None, (_as_words(rec, rows.shape[0]),) * len(fields), offs)
+    if rows.shape[0]:
+        _move_fields(fields, rows, None, {name: rec[name] for name in fields})
     return rec
 
 
@@ -1125,7 +1080,7 @@ def _place(fields: Mapping[str, np.ndarray], own_rows: np.ndarray, own_pos: np.n
                               own_rec.shape[0], None,
                               np.ascontiguousarray(own_pos, dtype=np.intp), dsts)
     elif own_rows.shape[0]:
-        _move_fields(fields, own_rows, own_pos, dsts, np.zeros(len(fields), dtype=np.int64))
+        _move_fields(fields, own_rows, own_pos, out)
     if rec_pos.shape[0]:
         _records_to_words(_as_words(np.ascontiguousarray(rec), rec.shape[0]), offs,
                           rec_pos.shape[0], None, np.ascontiguousarray(rec_pos, dtype=np.intp),

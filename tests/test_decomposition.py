@@ -320,7 +320,7 @@ def test_pack_rows_and_place_equal_numpy(threads, extra):
     some stars in a given order, read from the fields) is ``pack_records`` of the fields
     indexed so, and :func:`_place` (own stars from the fields, received records, at their
     merged positions) is numpy's scatter of both; with a sub-array member, an 8-byte member
-    at an odd 32-bit word (after an int32: the 32-bit kernel's two-word branch), records of
+    at an odd 32-bit word (after an int32: not aligned for the 64-bit kernel), records of
     4-byte members only, a layout that is not word-aligned (numpy's path), any number of
     threads, and no rows at all."""
     import numba
