@@ -88,12 +88,13 @@ from physics.orbits import (
     specific_energies,
 )
 from physics.potential import (
+    POTENTIAL_BLOCK,
     compute_potential,
-    enclosed_mass_into,
+    enclosed_mass_totals,
     potential_at_points,
     potential_at_sorted_radii,
-    potential_increments_into,
-    potential_suffix_sum,
+    potential_blocks_into,
+    potential_suffix_blocks,
     radius_lookup_entries,
     radius_lookup_scale,
     updated_potential,
@@ -122,8 +123,8 @@ log = logging.getLogger("cmc.simulation")
 #: Stream index reserved for sampling initial conditions (far from any rank's stream).
 IC_STREAM = 2**30
 #: The potential's stages for the node-shared arrays (the node's ranks compute it together)
-POTENTIAL_STAGES = PotentialStages(enclosed_mass_into, potential_increments_into,
-                                   potential_suffix_sum)
+POTENTIAL_STAGES = PotentialStages(POTENTIAL_BLOCK, enclosed_mass_totals, potential_blocks_into,
+                                   potential_suffix_blocks)
 PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
          "diagnostics", "wait")
 #: From this many ranks on, the energy correction finds the new potential at its own stars' old

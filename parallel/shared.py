@@ -11,9 +11,9 @@ Here each node holds one copy, in a shared-memory window (``MPI_Win_allocate_sha
 rank writes its own stars' radii and masses at their global rows, the nodes' first ranks (the
 leaders) complete the rows of the other nodes with one in-place Allgatherv among themselves
 (nothing at all on a single node), and the node's ranks compute the potential and the
-enclosed mass into the window together (:class:`PotentialStages`: the two running sums on the
-node's first rank, the increments between them divided; each rank computed all of it before,
-at the same time).  The arrays hold the same values as the private ones, so a run gives
+enclosed mass into the window together (:class:`PotentialStages`: each rank its share of the
+blocks of the running sums and of the increments between them; each rank computed all of it
+before, at the same time).  The arrays hold the same values as the private ones, so a run gives
 the same bits either way, for any placement of ranks on nodes.
 
 Two radius buffers alternate, so that the previous step's radii (the energy correction's old
@@ -58,18 +58,21 @@ SLICES = ("r", "r", "m", "phi", "mcum", "gathered")
 
 @dataclass(frozen=True)
 class PotentialStages:
-    """The potential of sorted shells in three stages (:mod:`physics.potential`'s
-    ``enclosed_mass_into``, ``potential_increments_into``, ``potential_suffix_sum``): the
-    first and last are running sums (one rank of the node), the middle one divides (each
-    rank of the node its share of the rows); together ``compute_potential_into``'s
-    operations, so its bits."""
+    """The potential of sorted shells in three stages over fixed blocks of rows
+    (:mod:`physics.potential`: its running sums are blocked, the blocks the same for any
+    number of ranks), each rank of the node taking its share of the blocks: the mass totals
+    of its blocks; their enclosed mass, increments and final-sum totals; their final sum.
+    Together ``compute_potential_into``'s operations, so its bits."""
 
-    #: ``enclosed_mass(m, mcum, first)``: ``mcum`` from row ``first`` on
-    enclosed_mass: Callable[..., None]
-    #: ``increments(r, mcum, phi, lo, hi)``: ``phi``'s increments of rows ``lo .. hi - 1``
-    increments: Callable[..., None]
-    #: ``suffix_sum(phi, first)``: ``phi`` summed from the last row in, down to ``first``
-    suffix_sum: Callable[..., None]
+    #: rows per block
+    block: int
+    #: ``mass_totals(m, mass_totals, b0, b1, block)``: blocks ``b0 .. b1 - 1``'s mass sums
+    mass_totals: Callable[..., None]
+    #: ``blocks(r, m, phi, mcum, mass_totals, phi_totals, bf, b0, b1, block)``: the enclosed
+    #: mass, the increments and the final-sum totals of blocks ``b0 .. b1 - 1`` (from ``bf``)
+    blocks: Callable[..., None]
+    #: ``suffix(phi, phi_totals, b0, b1, nb, block)``: the final sum of blocks ``b0 .. b1 - 1``
+    suffix: Callable[..., None]
 
 
 #: Room for growth when a window is (re)allocated: the number of objects grows only when a
@@ -102,6 +105,9 @@ class NodeReplicas:
         self._radii: list[np.ndarray] = []
         self._next = 0
         self._retired: list[Any] = []
+        #: the potential's block totals (mass, final sum) in the window, and its rows per block
+        self._totals: tuple[np.ndarray, ...] = ()
+        self._block = 0
         #: the last :meth:`publish`'s views (r, m, phi, mcum)
         self._views: tuple[np.ndarray, ...] = ()
 
@@ -140,19 +146,25 @@ class NodeReplicas:
         return cls(comm, node, leaders, np.array([*firsts, size], dtype=np.int64))
 
     # ------------------------------------------------------------------ windows
-    def _allocate(self, capacity: int) -> None:
-        """A window of ``len(SLICES) * capacity`` float64 on this node (collective)."""
+    def _allocate(self, capacity: int, block: int) -> None:
+        """A window of ``len(SLICES) * capacity`` float64 on this node, and two rows of the
+        potential's block totals (``block`` rows per block) (collective)."""
         MPI = self._mpi
-        nbytes = len(SLICES) * capacity * 8 if self.is_leader else 0
+        blocks = capacity // block + 1
+        nbytes = (len(SLICES) * capacity + 2 * blocks) * 8 if self.is_leader else 0
         win = MPI.Win.Allocate_shared(nbytes, 8, comm=self.node)
         buf, _ = win.Shared_query(0)
-        flat = np.ndarray(buffer=buf, dtype=np.float64, shape=(len(SLICES) * capacity,))
+        flat = np.ndarray(buffer=buf, dtype=np.float64,
+                          shape=(len(SLICES) * capacity + 2 * blocks,))
         # one passive epoch for the window's life: Sync then orders this rank's stores
         win.Lock_all(MPI.MODE_NOCHECK)
         parts = [flat[k * capacity:(k + 1) * capacity] for k in range(len(SLICES))]
         self._win, self.capacity, self._next = win, capacity, 0
         self._radii = parts[:2]
         self._arrays = dict(zip(SLICES[2:], parts[2:], strict=True))
+        tail = flat[len(SLICES) * capacity:]
+        self._totals = (tail[:blocks], tail[blocks:])
+        self._block = block
 
     def _free(self, win: Any) -> None:
         win.Unlock_all()
@@ -223,7 +235,7 @@ class NodeReplicas:
         if n_total > self.capacity:  # (the same decision on every rank)
             if self._win is not None:
                 self._retired = [self._win]
-            self._allocate(max(64, int(n_total * GROWTH)))
+            self._allocate(max(64, int(n_total * GROWTH)), stages.block)
         win = self._win
         arrays = dict(self._arrays, r=self._radii[self._next])
         self._next ^= 1
@@ -255,18 +267,26 @@ class NodeReplicas:
 
     def _potential(self, views: tuple[np.ndarray, ...], first: int,
                    stages: PotentialStages) -> None:
-        """``phi`` and ``mcum`` of ``views`` (r, m, phi, mcum) from row ``first`` on, for the
-        masses in the window (collective in the node): the enclosed mass on the first rank,
-        the increments divided among the node's ranks, the sum from the outermost row in on
-        the first rank, a sync after each."""
+        """``phi`` and ``mcum`` of ``views`` (r, m, phi, mcum) from block ``first // block``
+        on, for the masses in the window (collective in the node): each rank of the node its
+        share of the blocks (mass totals; enclosed mass, increments and final-sum totals;
+        final sum), the totals in the window, a sync after each stage."""
         r, m, phi, mcum = views
         n = r.shape[0]
-        share = first + rank_bounds(n - first, self.node.Get_size())
+        if stages.block != self._block:
+            raise ValueError(f"potential blocks of {stages.block} rows in a window made for "
+                             f"{self._block}")
+        block = stages.block
+        nb = (n + block - 1) // block
+        bf = first // block
+        share = bf + rank_bounds(nb - bf, self.node.Get_size())
         k = self.node.Get_rank()
-        self._stage(lambda: stages.enclosed_mass(m, mcum, first), True)
-        self._stage(lambda: stages.increments(r, mcum, phi, int(share[k]), int(share[k + 1])),
-                    False)
-        self._stage(lambda: stages.suffix_sum(phi, first), True)
+        b0, b1 = int(share[k]), int(share[k + 1])
+        mass_totals, phi_totals = self._totals
+        self._stage(lambda: stages.mass_totals(m, mass_totals, b0, b1, block), False)
+        self._stage(lambda: stages.blocks(r, m, phi, mcum, mass_totals, phi_totals, bf, b0, b1,
+                                          block), False)
+        self._stage(lambda: stages.suffix(phi, phi_totals, b0, b1, nb, block), False)
 
     def update_masses(self, rows: np.ndarray, masses: np.ndarray,
                       stages: PotentialStages) -> tuple[np.ndarray, ...]:
@@ -281,8 +301,8 @@ class NodeReplicas:
         masses : numpy.ndarray of float64
             Their new masses.
         stages : PotentialStages
-            The potential's stages (:meth:`_potential`), run from the innermost changed row
-            (``first``) on.
+            The potential's stages (:meth:`_potential`), run from the first row (``first``)
+            of the innermost changed row's block on.
 
         Returns
         -------
@@ -291,7 +311,7 @@ class NodeReplicas:
             values: those of :func:`physics.potential.updated_potential`, bit for bit (from
             ``first`` on the full sum's operations; inside, the old potential plus the
             constant change at ``first``, added by the node's ranks each to its share of the
-            rows).
+            rows).  ``first`` is the first row of the innermost changed row's block.
 
         Notes
         -----
@@ -303,7 +323,7 @@ class NodeReplicas:
         private arrays (12-15 ms per rank and step at N = 1e6 on 16 ranks of one node).
         """
         r, m, phi, mcum = self._views
-        first = int(rows.min())
+        first = (int(rows.min()) // stages.block) * stages.block
         old = float(phi[first])
 
         def set_masses() -> None:
@@ -362,7 +382,7 @@ class NodeReplicas:
     def bytes_mapped(self) -> int:
         """Bytes of the node's window this rank maps (the same pages on every rank of the
         node): what a per-process memory figure counts once per rank instead of once."""
-        return len(SLICES) * self.capacity * 8
+        return (len(SLICES) * self.capacity + sum(t.size for t in self._totals)) * 8
 
     def close(self) -> None:
         """Free the windows and communicators (collective)."""
@@ -371,6 +391,7 @@ class NodeReplicas:
             self._free(win)
         self._retired, self._win, self._arrays, self._radii = [], None, {}, []
         self._views = ()
+        self._totals = ()
         self.capacity = 0
         if self.leaders != self._mpi.COMM_NULL:
             self.leaders.Free()

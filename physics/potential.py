@@ -9,14 +9,21 @@ innermost star it is constant, beyond the outermost ``-M/r``.  The star's own sh
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+#: Rows per block of the potential's two running sums.  Each sum runs inside fixed blocks of
+#: the global order from 0, and the blocks' totals are chained in order (below): the blocks
+#: are the same for any number of ranks or threads, so the sums are too, and the ranks of a
+#: node (or the threads of one process) each sum their own blocks.
+POTENTIAL_BLOCK = 1024
 
-@njit(cache=True)
-def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+
+def compute_potential(r: np.ndarray, m: np.ndarray, threads: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Potential at every star and cumulative mass (eqs 2-5), G = 1.
 
     Parameters
@@ -25,6 +32,8 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
         Radii sorted increasingly [Hénon length].
     m : ndarray of float64, shape (N,)
         Masses [Hénon mass].
+    threads : int, optional
+        Threads for the blocks (default ``numba.get_num_threads()``); the same bits for any.
 
     Returns
     -------
@@ -36,30 +45,67 @@ def compute_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndar
     n = r.shape[0]
     phi = np.empty(n)
     mcum = np.empty(n)
-    compute_potential_into(r, m, phi, mcum)
+    if threads is None:
+        threads = numba.get_num_threads()
+    nb = (n + POTENTIAL_BLOCK - 1) // POTENTIAL_BLOCK
+    if threads > 1 and nb >= 4:  # (a parallel region costs ~10 us: not for a few blocks)
+        potential_threaded_into(r, m, phi, mcum, min(threads, nb), POTENTIAL_BLOCK)
+    else:
+        compute_potential_into(r, m, phi, mcum)
     return phi, mcum
 
 
-# The potential in three stages: the enclosed mass and the final sum are chains, the
+# The potential in three stages: the enclosed mass and the final sum are running sums, the
 # increments between them independent (vectorised: one division per star, none on the final
-# sum's dependency chain; the same operations in the same order as phi[k + 1] - mcum[k] *
-# (1/r[k] - 1/r[k+1]) in one loop, so the same bits).  The ranks of a node that share one copy
-# of the arrays (parallel.shared.NodeReplicas) run the chains on one rank and split the
-# increments; updated_potential runs them from the innermost changed star on.
+# sum's dependency chain).  Each running sum is blocked: inside block b it runs from 0 and the
+# value written is the block's offset plus it; the offset of the next block is this offset
+# plus the block's total, so that the last row of a block holds exactly the next block's
+# offset (the sum restarts from any block's first row with the bits of the whole), and a
+# block's total can be summed apart from the writes (``*_totals``), which lets the ranks of a
+# node (parallel.shared.NodeReplicas) or the threads each take a share of the blocks.  The
+# final sum's outermost block starts from phi[N - 1] with offset 0: there it is the plain
+# chain.  updated_potential runs the stages from the innermost changed block on.
+# (The loops run over views of one block from 0: with row indices from a variable start numba
+# cannot tell they are not negative, and the wrap-around selects made the sums 1.5x slower.)
 @njit(cache=True)
-def enclosed_mass_into(m: np.ndarray, mcum: np.ndarray, first: int) -> None:
-    """Stage 1: ``mcum[k] = mcum[k - 1] + m[k]`` for ``k >= first`` (from 0 at ``first = 0``;
-    ``mcum[first - 1]`` is read) [Hénon mass]."""
-    acc = mcum[first - 1] if first > 0 else 0.0
-    for k in range(first, m.shape[0]):
-        acc += m[k]
-        mcum[k] = acc
+def enclosed_mass_totals(m: np.ndarray, totals: np.ndarray, b0: int, b1: int,
+                         block: int) -> None:
+    """``totals[b]``: the masses of block ``b`` summed in order from 0, for ``b0 <= b < b1``
+    [Hénon mass]."""
+    n = m.shape[0]
+    for b in range(b0, b1):
+        mb = m[b * block:min(n, (b + 1) * block)]
+        acc = 0.0
+        for k in range(mb.shape[0]):
+            acc += mb[k]
+        totals[b] = acc
+
+
+@njit(cache=True)
+def enclosed_mass_blocks(m: np.ndarray, mcum: np.ndarray, totals: np.ndarray, bf: int, b0: int,
+                         b1: int, block: int) -> None:
+    """``mcum`` of blocks ``b0 <= b < b1``: the offset (``mcum`` at the last row of block
+    ``bf - 1``, 0 for ``bf = 0``, plus ``totals`` of blocks ``bf .. b0 - 1`` in order) plus the
+    block's running sum [Hénon mass].  ``totals`` is read only where ``b0 > bf``."""
+    n = m.shape[0]
+    off = mcum[bf * block - 1] if bf > 0 else 0.0
+    for b in range(bf, b0):
+        off += totals[b]
+    for b in range(b0, b1):
+        lo = b * block
+        mb = m[lo:min(n, lo + block)]
+        cb = mcum[lo:min(n, lo + block)]
+        acc = 0.0
+        for k in range(mb.shape[0]):
+            acc += mb[k]
+            cb[k] = off + acc
+        off += acc
 
 
 @njit(cache=True)
 def potential_increments_into(r: np.ndarray, mcum: np.ndarray, phi: np.ndarray, lo: int,
                               hi: int) -> None:
-    """Stage 2, rows ``lo <= k < hi``: ``phi[k] = mcum[k] (1/r[k] - 1/r[k+1])`` below the last
+    """Rows ``lo <= k < hi``: ``phi[k] = mcum[k] (1/r[k] - 1/r[k+1])`` below the last
     row, ``phi[N-1] = -mcum[N-1] / r[N-1]`` at it (reads ``r[hi]``; any split of the rows
     gives the same values)."""
     n = r.shape[0]
@@ -72,28 +118,106 @@ def potential_increments_into(r: np.ndarray, mcum: np.ndarray, phi: np.ndarray, 
         phi[n - 1] = -mcum[n - 1] / r[n - 1]
 
 
+@njit(cache=True, inline="always")
+def _suffix_start(pb, last):
+    """(running sum, rows left) at the top of block view ``pb``: the outermost block
+    (``last``) starts from its last row's value, the others from 0."""
+    if last:
+        return pb[pb.shape[0] - 1], pb.shape[0] - 1
+    return 0.0, pb.shape[0]
+
+
 @njit(cache=True)
-def potential_suffix_sum(phi: np.ndarray, first: int) -> None:
-    """Stage 3: ``phi[k] = phi[k + 1] - phi[k]`` from ``k = N - 2`` down to ``first``
+def potential_suffix_totals(phi: np.ndarray, totals: np.ndarray, b0: int, b1: int,
+                            block: int) -> None:
+    """``totals[b]``: block ``b``'s running sum of the final stage (``phi`` holding the
+    increments) down to its first row, for ``b0 <= b < b1`` [Hénon energy per mass]."""
+    n = phi.shape[0]
+    for b in range(b0, b1):
+        hi = min(n, (b + 1) * block)
+        pb = phi[b * block:hi]
+        acc, top = _suffix_start(pb, hi == n)
+        for k in range(top - 1, -1, -1):
+            acc -= pb[k]
+        totals[b] = acc
+
+
+@njit(cache=True)
+def potential_suffix_blocks(phi: np.ndarray, totals: np.ndarray, b0: int, b1: int, nb: int,
+                            block: int) -> None:
+    """The final stage on blocks ``b0 <= b < b1`` of ``nb``: ``phi[k] = phi[k + 1] -
+    phi[k]`` from the outermost row in, blocked: the offset (``totals`` of the blocks above,
+    from the outermost in; read only where ``b1 < nb``) plus the block's running sum
     [Hénon energy per mass]."""
-    for k in range(phi.shape[0] - 2, first - 1, -1):
-        phi[k] = phi[k + 1] - phi[k]
+    n = phi.shape[0]
+    off = 0.0
+    for b in range(nb - 1, b1 - 1, -1):
+        off += totals[b]
+    for b in range(b1 - 1, b0 - 1, -1):
+        hi = min(n, (b + 1) * block)
+        pb = phi[b * block:hi]
+        acc, top = _suffix_start(pb, hi == n)
+        if top < pb.shape[0]:
+            pb[top] = off + acc
+        for k in range(top - 1, -1, -1):
+            acc -= pb[k]
+            pb[k] = off + acc
+        off += acc
+
+
+@njit(cache=True)
+def potential_blocks_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
+                          mass_totals: np.ndarray, phi_totals: np.ndarray, bf: int, b0: int,
+                          b1: int, block: int) -> None:
+    """The middle of the staged potential on blocks ``b0 <= b < b1`` (``bf``: the first block
+    computed, :func:`enclosed_mass_blocks`): their enclosed mass, their increments and their
+    final-sum totals (``phi_totals``), given the mass totals of blocks ``bf .. b0 - 1``."""
+    n = r.shape[0]
+    enclosed_mass_blocks(m, mcum, mass_totals, bf, b0, b1, block)
+    potential_increments_into(r, mcum, phi, min(n, b0 * block), min(n, b1 * block))
+    potential_suffix_totals(phi, phi_totals, b0, b1, block)
 
 
 @njit(cache=True)
 def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
-                           mcum: np.ndarray) -> None:
-    """:func:`compute_potential` into given arrays ``phi`` and ``mcum`` (of ``r``'s length):
-    the three stages above over all stars."""
+                           mcum: np.ndarray, first: int = 0,
+                           block: int = POTENTIAL_BLOCK) -> None:
+    """:func:`compute_potential` into given arrays ``phi`` and ``mcum`` (of ``r``'s length),
+    one thread, from block ``first // block`` on (``mcum`` below it is read; ``phi`` below it
+    is left alone): the stages in one pass each (a block's offset is the last one's plus its
+    sum, as its total would give)."""
     n = r.shape[0]
-    enclosed_mass_into(m, mcum, 0)
-    potential_increments_into(r, mcum, phi, 0, n)
-    potential_suffix_sum(phi, 0)
+    nb = (n + block - 1) // block
+    bf = first // block
+    none = np.empty(0)
+    enclosed_mass_blocks(m, mcum, none, bf, bf, nb, block)
+    potential_increments_into(r, mcum, phi, min(n, bf * block), n)
+    potential_suffix_blocks(phi, none, bf, nb, nb, block)
+
+
+@njit(cache=True, parallel=True)
+def potential_threaded_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
+                            chunks: int, block: int) -> None:
+    """:func:`compute_potential_into` (from row 0) on the threads: ``chunks`` shares of the
+    blocks, each summing its blocks' totals, then writing them (the same bits)."""
+    n = r.shape[0]
+    nb = (n + block - 1) // block
+    bounds = (np.arange(chunks + 1) * nb) // chunks
+    mass_totals = np.empty(nb)
+    phi_totals = np.empty(nb)
+    for c in prange(chunks):
+        enclosed_mass_totals(m, mass_totals, bounds[c], bounds[c + 1], block)
+    for c in prange(chunks):
+        potential_blocks_into(r, m, phi, mcum, mass_totals, phi_totals, 0, bounds[c],
+                              bounds[c + 1], block)
+    for c in prange(chunks):
+        potential_suffix_blocks(phi, phi_totals, bounds[c], bounds[c + 1], nb, block)
 
 
 @njit(cache=True)
 def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
-                      first: int) -> tuple[np.ndarray, np.ndarray]:
+                      first: int, block: int = POTENTIAL_BLOCK
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """The potential and enclosed mass after the masses from star ``first`` on changed.
 
     Parameters
@@ -106,31 +230,33 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
         :func:`compute_potential` of the old masses (not written).
     first : int
         Index of the first star whose mass changed (``N``: none did).
+    block : int
+        Rows per block of the running sums (:data:`POTENTIAL_BLOCK`; others for tests).
 
     Returns
     -------
     phi, mcum : ndarray, shape (N,)
-        New arrays.  From ``first`` on they hold :func:`compute_potential`'s bits for the new
-        masses (the same sums in the same order from the unchanged ``mcum[first - 1]`` and
-        from the outermost star in); inside, the enclosed mass is unchanged and the potential
-        is shifted by a constant (the shells that changed lie outside), ``phi[first]``'s
-        change: equal to the full sum's up to its rounding (one addition more), without its
-        division per star and its two chains over all N.
+        New arrays.  From the first row of ``first``'s block (``f``)
+        on they hold :func:`compute_potential`'s bits for the new masses (the same sums from
+        the unchanged ``mcum[f - 1]`` and from the outermost star in); inside, the enclosed
+        mass is unchanged and the potential is shifted by a constant (the shells that changed
+        lie outside), ``phi[f]``'s change: equal to the full sum's up to its rounding, without
+        its division per star and its two running sums over all N.
     """
     n = r.shape[0]
     new_phi = np.empty(n)
     new_mcum = np.empty(n)
     first = max(0, min(first, n))
-    for k in range(first):
-        new_mcum[k] = mcum[k]
     if first == n:
         for k in range(n):
+            new_mcum[k] = mcum[k]
             new_phi[k] = phi[k]
         return new_phi, new_mcum
-    # the full sum's operations on the stars from `first` on (the same bits there)
-    enclosed_mass_into(m, new_mcum, first)
-    potential_increments_into(r, new_mcum, new_phi, first, n)
-    potential_suffix_sum(new_phi, first)
+    first = (first // block) * block
+    for k in range(first):
+        new_mcum[k] = mcum[k]
+    # the full sum's operations on the blocks from `first` on (the same bits there)
+    compute_potential_into(r, m, new_phi, new_mcum, first, block)
     if first > 0:
         shift = new_phi[first] - phi[first]
         for k in range(first):

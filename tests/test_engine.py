@@ -354,7 +354,7 @@ def test_escaper_table_accounts_for_every_escaper(tmp_path):
     from cmc.io import read_diagnostics
 
     ini = tmp_path / "m.ini"
-    ini.write_text("[initial]\nn = 2000\nseed = 5\nbinary_fraction = 0.2\nmodel = king\n"
+    ini.write_text("[initial]\nn = 2000\nseed = 6\nbinary_fraction = 0.2\nmodel = king\n"
                    "w0 = 3\n[tidal]\nmode = shrinking\n[run]\nmax_steps = 40\n")
     assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == 0
     esc, attrs = read_diagnostics(tmp_path / "o" / "escapers.h5")

@@ -328,9 +328,36 @@ def test_two_phase_kernel_equals_blockwise_twin(plummer_5k, threads):
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
 
 
+def _blocked_potential(r: np.ndarray, m: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Plain numpy/Python twin of compute_potential's arithmetic, so its bits: the enclosed
+    mass as a cumulative sum from 0 in each block of ``block`` rows plus the sum of the
+    blocks before (those blocks' sums added in order); the increments; the final sum from
+    the outermost star in, blocked the same way from the outermost block in."""
+    n = r.size
+    starts = np.arange(0, n, block)
+    mcum = np.empty(n)
+    off = 0.0
+    for lo in starts:
+        local = np.add.accumulate(m[lo:lo + block])
+        mcum[lo:lo + block] = off + local
+        off = off + local[-1]
+    inv = 1.0 / r
+    inc = np.empty(n)
+    inc[:-1] = mcum[:-1] * (inv[:-1] - inv[1:])
+    phi = np.empty(n)
+    off = 0.0
+    for lo in starts[::-1]:
+        hi = min(n, lo + block)
+        acc = 0.0
+        for k in range(hi - 1, lo - 1, -1):
+            acc = -mcum[k] / r[k] if k == n - 1 else acc - inc[k]
+            phi[k] = off + acc
+        off = off + acc
+    return phi, mcum
+
+
 def _chained_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Plain numpy/Python twin of compute_potential's arithmetic (a sequential cumulative sum,
-    the increments, the sum from the outermost star in), so its bits."""
+    """The potential summed without blocks (one running sum each way)."""
     mcum = np.add.accumulate(m)
     inv = 1.0 / r
     phi = np.empty_like(r)
@@ -341,50 +368,87 @@ def _chained_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.nda
     return phi, mcum
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("n", [1, 2, 1023, 1024, 1025, 5000])
+def test_potential_equals_its_plain_twin(n, threads):
+    """compute_potential holds its blocked twin's bits on any number of threads; within one
+    block (n <= POTENTIAL_BLOCK) that is the plain running sums', and with more blocks it
+    stays within rounding of them (the blocks' sums are added in a different order)."""
+    from physics.potential import POTENTIAL_BLOCK, compute_potential
+
+    rng = np.random.default_rng(n)
+    r = np.sort(rng.random(n) ** -0.6)
+    m = rng.random(n) / n
+    got = compute_potential(r, m, threads=threads)
+    for a, b in zip(got, _blocked_potential(r, m, POTENTIAL_BLOCK), strict=True):
+        np.testing.assert_array_equal(a, b)
+    chained = _chained_potential(r, m)
+    for a, b in zip(got, chained, strict=True):
+        if n <= POTENTIAL_BLOCK:
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=0)
+    if n > POTENTIAL_BLOCK:  # the blocks do change the rounding (a test of the twin)
+        assert not all(np.array_equal(a, b) for a, b in zip(got, chained, strict=True))
+
+
 @pytest.mark.parametrize("parts", [1, 2, 3, 7, 16])
-@pytest.mark.parametrize("first", [0, 1, 500, 998, 999])
+@pytest.mark.parametrize("first", [0, 1, 13, 500, 998, 999])
 def test_staged_potential_equals_its_plain_twin(parts, first):
-    """The potential in stages (enclosed mass, increments split into ``parts`` shares of the
-    rows from ``first`` on, the final sum), as the ranks of a node compute it, holds the
-    plain twin's bits on the rows from ``first`` on and leaves the rows inside alone;
-    compute_potential (the stages over all stars) holds them everywhere."""
+    """The potential in stages over blocks of 13 rows, as the ranks of a node compute it (the
+    blocks' mass totals, then their enclosed mass, increments and final-sum totals, then their
+    final sum, each stage by ``parts`` shares of the blocks from ``first``'s on, in any
+    order), holds the twin's bits from ``first``'s block on and leaves the rows inside alone;
+    compute_potential_into (one pass each, from any block) holds them too."""
     from parallel.decomposition import rank_bounds
     from physics.potential import (
-        compute_potential,
-        enclosed_mass_into,
-        potential_increments_into,
-        potential_suffix_sum,
+        compute_potential_into,
+        enclosed_mass_totals,
+        potential_blocks_into,
+        potential_suffix_blocks,
     )
 
+    block = 13
     rng = np.random.default_rng(parts * 1000 + first)
     n = 999
     r = np.sort(rng.random(n) ** -0.6)
     m = rng.random(n) / n
-    want_phi, want_mcum = _chained_potential(r, m)
-    for got, want in zip(compute_potential(r, m), (want_phi, want_mcum), strict=True):
-        np.testing.assert_array_equal(got, want)
+    want_phi, want_mcum = _blocked_potential(r, m, block)
+    nb = (n + block - 1) // block
+    bf = first // block
+    lo = bf * block
     phi, mcum = np.full(n, np.nan), want_mcum.copy()
-    mcum[first:] = np.nan
-    enclosed_mass_into(m, mcum, first)
-    share = first + rank_bounds(n - first, parts)
-    for k in rng.permutation(parts):  # any order: the shares are independent
-        potential_increments_into(r, mcum, phi, int(share[k]), int(share[k + 1]))
-    potential_suffix_sum(phi, first)
+    mcum[lo:] = np.nan
+    compute_potential_into(r, m, phi, mcum, first, block)
     np.testing.assert_array_equal(mcum, want_mcum)
-    np.testing.assert_array_equal(phi[first:], want_phi[first:])
-    assert np.isnan(phi[:first]).all()
+    np.testing.assert_array_equal(phi[lo:], want_phi[lo:])
+    assert np.isnan(phi[:lo]).all()
+    phi, mcum = np.full(n, np.nan), want_mcum.copy()
+    mcum[lo:] = np.nan
+    mass_totals, phi_totals = np.full(nb, np.nan), np.full(nb, np.nan)
+    share = bf + rank_bounds(nb - bf, parts)
+    for k in rng.permutation(parts):  # any order: the shares are independent
+        enclosed_mass_totals(m, mass_totals, int(share[k]), int(share[k + 1]), block)
+    for k in rng.permutation(parts):
+        potential_blocks_into(r, m, phi, mcum, mass_totals, phi_totals, bf, int(share[k]),
+                              int(share[k + 1]), block)
+    for k in rng.permutation(parts):
+        potential_suffix_blocks(phi, phi_totals, int(share[k]), int(share[k + 1]), nb, block)
+    np.testing.assert_array_equal(mcum, want_mcum)
+    np.testing.assert_array_equal(phi[lo:], want_phi[lo:])
+    assert np.isnan(phi[:lo]).all()
 
 
-@pytest.mark.parametrize("first", [0, 1, 700, 999, 1000])
+@pytest.mark.parametrize("first", [0, 1, 700, 1024, 1500, 2999, 3000])
 def test_updated_potential_equals_a_full_recomputation(first):
     """After the masses from star ``first`` on change (stars removed: zero mass; products
-    heavier), the updated potential holds the full recomputation's bits from ``first`` on and
-    its values inside to rounding (a constant shift), the enclosed mass its bits everywhere;
-    the inputs are not written."""
-    from physics.potential import compute_potential, updated_potential
+    heavier), the updated potential holds the full recomputation's bits from the first row of
+    ``first``'s block on and its values inside to rounding (a constant shift), the enclosed
+    mass its bits everywhere; the inputs are not written."""
+    from physics.potential import POTENTIAL_BLOCK, compute_potential, updated_potential
 
     rng = np.random.default_rng(first)
-    n = 1000
+    n = 3000
     r = np.sort(rng.random(n) ** -0.6)
     m = rng.random(n) / n
     phi, mcum = compute_potential(r, m)
@@ -395,10 +459,11 @@ def test_updated_potential_equals_a_full_recomputation(first):
         m2[slots] = np.where(rng.random(slots.size) < 0.5, 0.0, m2[slots] * 1.7)
     want_phi, want_mcum = compute_potential(r, m2)
     got_phi, got_mcum = updated_potential(r, m2, phi, mcum, first)
+    lo = min(first, first // POTENTIAL_BLOCK * POTENTIAL_BLOCK)
     np.testing.assert_array_equal(got_mcum, want_mcum)
-    np.testing.assert_array_equal(got_phi[first:], want_phi[first:])
-    np.testing.assert_allclose(got_phi[:first], want_phi[:first], rtol=1e-14, atol=0)
-    if 0 < first < n:  # the shells that changed did change the potential inside
-        assert not np.allclose(phi[:first], want_phi[:first], rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(got_phi[lo:], want_phi[lo:])
+    np.testing.assert_allclose(got_phi[:lo], want_phi[:lo], rtol=1e-14, atol=0)
+    if 0 < lo and first < n:  # the shells that changed did change the potential inside
+        assert not np.allclose(phi[:lo], want_phi[:lo], rtol=1e-6, atol=0)
     np.testing.assert_array_equal(phi, saved[0])
     np.testing.assert_array_equal(mcum, saved[1])

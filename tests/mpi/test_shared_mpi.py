@@ -16,9 +16,23 @@ from cmc.simulation import POTENTIAL_STAGES, Simulation
 from parallel.comm import allgatherv_array
 from parallel.decomposition import rank_bounds
 from parallel.shared import NodeReplicas, PotentialStages
-from physics.potential import compute_potential, updated_potential
+from physics.potential import POTENTIAL_BLOCK, compute_potential_into, updated_potential
 
 MPI = pytest.importorskip("mpi4py.MPI")
+
+
+def _stages(block: int) -> PotentialStages:
+    """The run's potential stages over blocks of ``block`` rows (small ones: many blocks per
+    rank in a small model)."""
+    return PotentialStages(block, POTENTIAL_STAGES.mass_totals, POTENTIAL_STAGES.blocks,
+                           POTENTIAL_STAGES.suffix)
+
+
+def _potential(r: np.ndarray, m: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """The one-process potential over blocks of ``block`` rows."""
+    phi, mcum = np.empty(r.size), np.empty(r.size)
+    compute_potential_into(r, m, phi, mcum, 0, block)
+    return phi, mcum
 
 
 def _local_rows(n_total: int, comm, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -40,12 +54,15 @@ def _replicas(world, ranks_per_node: int) -> NodeReplicas | None:
     return NodeReplicas.create(world, node)
 
 
+@pytest.mark.parametrize("block", [POTENTIAL_BLOCK, 13])
 @pytest.mark.parametrize("ranks_per_node", [0, 1, 2])
-def test_publish_equals_private_arrays(world, ranks_per_node):
+def test_publish_equals_private_arrays(world, ranks_per_node, block):
     """The shared r, m, phi, mcum are the private arrays' bits on one node (0: the real node
     communicator), one node per rank (1) and two ranks per node (2), while N grows past the
     window's room (a new window) and shrinks; the radii of a call stay valid through the
-    next call (the energy correction reads them as the old radii)."""
+    next call (the energy correction reads them as the old radii).  The potential's blocks
+    of the run, and small ones (each rank of a node summing many)."""
+    stages = _stages(block)
     if world.Get_size() == 1:
         assert NodeReplicas.create(world) is None
         return
@@ -55,11 +72,11 @@ def test_publish_equals_private_arrays(world, ranks_per_node):
     prev = None
     for k, n_total in enumerate((1000, 1100, 1500, 900, 3001)):
         r, m = _local_rows(n_total, world, k)
-        got = rep.publish(n_total, r, m, POTENTIAL_STAGES)
+        got = rep.publish(n_total, r, m, stages)
         old_radii_kept = prev is None or np.array_equal(prev[0], prev[1])
         r_all = allgatherv_array(world, r)
         m_all = allgatherv_array(world, m)
-        phi, mcum = compute_potential(r_all, m_all)
+        phi, mcum = _potential(r_all, m_all, block)
         results.append((all(np.array_equal(a, b) for a, b in zip(got, (r_all, m_all, phi, mcum),
                                                                  strict=True)),
                         old_radii_kept, rep.n_nodes))
@@ -102,15 +119,18 @@ def test_gather_equals_allgatherv(world, ranks_per_node):
     assert all(ok and bad for ok, bad in everyone)
 
 
+@pytest.mark.parametrize("block", [POTENTIAL_BLOCK, 13])
 @pytest.mark.parametrize("ranks_per_node", [0, 1, 2])
-def test_update_masses_equals_updated_potential(world, ranks_per_node):
+def test_update_masses_equals_updated_potential(world, ranks_per_node, block):
     """New masses at some rows of the node's window (objects gone, products' masses) give
     updated_potential's bits in m, phi and mcum, the node's ranks each shifting its share of
     the inside: the innermost changed row at the centre, inside, in the halo and the last
-    one; a later publish starts afresh; a stage failing on one rank raises on every rank of
-    the node, in an update and in a publish, none hangs."""
+    one (the run's blocks, and small ones); a later publish starts afresh; a stage failing
+    on one rank raises on every rank of the node, in an update and in a publish, none
+    hangs."""
     if world.Get_size() == 1:
         return
+    stages = _stages(block)
     rep = _replicas(world, ranks_per_node)
     n_total = 2003
     rng = np.random.default_rng(11)  # the same changes on every rank
@@ -119,12 +139,11 @@ def test_update_masses_equals_updated_potential(world, ranks_per_node):
         r, m = _local_rows(n_total, world, 20 + k)
         rows = np.unique(np.concatenate(([first], rng.integers(first, n_total, 5))))
         masses = np.where(rng.random(rows.size) < 0.5, 0.0, rng.random(rows.size) / n_total)
-        r_all, m_all, phi, mcum = (np.array(a) for a in rep.publish(n_total, r, m,
-                                                                     POTENTIAL_STAGES))
+        r_all, m_all, phi, mcum = (np.array(a) for a in rep.publish(n_total, r, m, stages))
         m_new = m_all.copy()
         m_new[rows] = masses
-        phi_new, mcum_new = updated_potential(r_all, m_new, phi, mcum, first)
-        got = rep.update_masses(rows, masses, POTENTIAL_STAGES)
+        phi_new, mcum_new = updated_potential(r_all, m_new, phi, mcum, first, block)
+        got = rep.update_masses(rows, masses, stages)
         results.append(all(np.array_equal(a, b) for a, b in zip(got, (m_new, phi_new, mcum_new),
                                                                  strict=True)))
         # the outermost rows moved the potential: a shift inside, not a copy
@@ -134,16 +153,15 @@ def test_update_masses_equals_updated_potential(world, ranks_per_node):
     def broken(*args):  # on the node's last rank only: the others must not wait for it
         if rep.node.Get_rank() == rep.node.Get_size() - 1:
             raise ValueError("planted")
-        POTENTIAL_STAGES.increments(*args)
+        stages.blocks(*args)
 
     r, m = _local_rows(n_total, world, 99)
-    rep.publish(n_total, r, m, POTENTIAL_STAGES)
+    rep.publish(n_total, r, m, stages)
     raised = []
     for call in (lambda st: rep.update_masses(np.array([5]), np.array([0.0]), st),
                  lambda st: rep.publish(n_total, r, m, st)):
         try:
-            call(PotentialStages(POTENTIAL_STAGES.enclosed_mass, broken,
-                                 POTENTIAL_STAGES.suffix_sum))
+            call(PotentialStages(block, stages.mass_totals, broken, stages.suffix))
             raised.append("")
         except (ValueError, RuntimeError) as exc:
             raised.append(str(exc))
