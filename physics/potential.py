@@ -45,11 +45,9 @@ def compute_potential(r: np.ndarray, m: np.ndarray, threads: int | None = None
     n = r.shape[0]
     phi = np.empty(n)
     mcum = np.empty(n)
-    if threads is None:
-        threads = numba.get_num_threads()
-    nb = (n + POTENTIAL_BLOCK - 1) // POTENTIAL_BLOCK
-    if threads > 1 and nb >= 4:  # (a parallel region costs ~10 us: not for a few blocks)
-        potential_threaded_into(r, m, phi, mcum, min(threads, nb), POTENTIAL_BLOCK)
+    chunks = _chunks(n, 0, POTENTIAL_BLOCK, threads)
+    if chunks > 1:
+        potential_threaded_into(r, m, phi, mcum, chunks, POTENTIAL_BLOCK)
     else:
         compute_potential_into(r, m, phi, mcum)
     return phi, mcum
@@ -197,26 +195,35 @@ def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
 
 @njit(cache=True, parallel=True)
 def potential_threaded_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
-                            chunks: int, block: int) -> None:
-    """:func:`compute_potential_into` (from row 0) on the threads: ``chunks`` shares of the
-    blocks, each summing its blocks' totals, then writing them (the same bits)."""
+                            chunks: int, block: int, first: int = 0) -> None:
+    """:func:`compute_potential_into` on the threads: ``chunks`` shares of the blocks from
+    ``first``'s on, each summing its blocks' totals, then writing them (the same bits)."""
     n = r.shape[0]
     nb = (n + block - 1) // block
-    bounds = (np.arange(chunks + 1) * nb) // chunks
+    bf = first // block
+    bounds = bf + (np.arange(chunks + 1) * (nb - bf)) // chunks
     mass_totals = np.empty(nb)
     phi_totals = np.empty(nb)
     for c in prange(chunks):
         enclosed_mass_totals(m, mass_totals, bounds[c], bounds[c + 1], block)
     for c in prange(chunks):
-        potential_blocks_into(r, m, phi, mcum, mass_totals, phi_totals, 0, bounds[c],
+        potential_blocks_into(r, m, phi, mcum, mass_totals, phi_totals, bf, bounds[c],
                               bounds[c + 1], block)
     for c in prange(chunks):
         potential_suffix_blocks(phi, phi_totals, bounds[c], bounds[c + 1], nb, block)
 
 
-@njit(cache=True)
+def _chunks(n: int, first: int, block: int, threads: int | None) -> int:
+    """Thread shares for the blocks of rows ``first .. n - 1``: 1 (one pass each, no parallel
+    region, ~10 us) for fewer than four blocks."""
+    if threads is None:
+        threads = numba.get_num_threads()
+    blocks = (n + block - 1) // block - first // block
+    return min(threads, blocks) if threads > 1 and blocks >= 4 else 1
+
+
 def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
-                      first: int, block: int = POTENTIAL_BLOCK
+                      first: int, block: int = POTENTIAL_BLOCK, threads: int | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:
     """The potential and enclosed mass after the masses from star ``first`` on changed.
 
@@ -232,6 +239,8 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
         Index of the first star whose mass changed (``N``: none did).
     block : int
         Rows per block of the running sums (:data:`POTENTIAL_BLOCK`; others for tests).
+    threads : int, optional
+        Threads for the blocks (default ``numba.get_num_threads()``); the same bits for any.
 
     Returns
     -------
@@ -243,6 +252,14 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
         lie outside), ``phi[f]``'s change: equal to the full sum's up to its rounding, without
         its division per star and its two running sums over all N.
     """
+    return _updated_potential(r, m, phi, mcum, first, block,
+                              _chunks(r.shape[0], max(0, first), block, threads))
+
+
+@njit(cache=True)
+def _updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray,
+                       first: int, block: int, chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`updated_potential` on ``chunks`` thread shares of the blocks."""
     n = r.shape[0]
     new_phi = np.empty(n)
     new_mcum = np.empty(n)
@@ -256,7 +273,10 @@ def updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.nd
     for k in range(first):
         new_mcum[k] = mcum[k]
     # the full sum's operations on the blocks from `first` on (the same bits there)
-    compute_potential_into(r, m, new_phi, new_mcum, first, block)
+    if chunks > 1:
+        potential_threaded_into(r, m, new_phi, new_mcum, chunks, block, first)
+    else:
+        compute_potential_into(r, m, new_phi, new_mcum, first, block)
     if first > 0:
         shift = new_phi[first] - phi[first]
         for k in range(first):

@@ -399,13 +399,15 @@ def test_staged_potential_equals_its_plain_twin(parts, first):
     blocks' mass totals, then their enclosed mass, increments and final-sum totals, then their
     final sum, each stage by ``parts`` shares of the blocks from ``first``'s on, in any
     order), holds the twin's bits from ``first``'s block on and leaves the rows inside alone;
-    compute_potential_into (one pass each, from any block) holds them too."""
+    compute_potential_into (one pass each, from any block) and potential_threaded_into (the
+    same shares on the threads) hold them too."""
     from parallel.decomposition import rank_bounds
     from physics.potential import (
         compute_potential_into,
         enclosed_mass_totals,
         potential_blocks_into,
         potential_suffix_blocks,
+        potential_threaded_into,
     )
 
     block = 13
@@ -425,6 +427,12 @@ def test_staged_potential_equals_its_plain_twin(parts, first):
     assert np.isnan(phi[:lo]).all()
     phi, mcum = np.full(n, np.nan), want_mcum.copy()
     mcum[lo:] = np.nan
+    potential_threaded_into(r, m, phi, mcum, parts, block, first)  # the threads' shares
+    np.testing.assert_array_equal(mcum, want_mcum)
+    np.testing.assert_array_equal(phi[lo:], want_phi[lo:])
+    assert np.isnan(phi[:lo]).all()
+    phi, mcum = np.full(n, np.nan), want_mcum.copy()
+    mcum[lo:] = np.nan
     mass_totals, phi_totals = np.full(nb, np.nan), np.full(nb, np.nan)
     share = bf + rank_bounds(nb - bf, parts)
     for k in rng.permutation(parts):  # any order: the shares are independent
@@ -439,16 +447,17 @@ def test_staged_potential_equals_its_plain_twin(parts, first):
     assert np.isnan(phi[:lo]).all()
 
 
-@pytest.mark.parametrize("first", [0, 1, 700, 1024, 1500, 2999, 3000])
-def test_updated_potential_equals_a_full_recomputation(first):
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("first", [0, 1, 700, 1024, 1500, 5999, 6000])
+def test_updated_potential_equals_a_full_recomputation(first, threads):
     """After the masses from star ``first`` on change (stars removed: zero mass; products
     heavier), the updated potential holds the full recomputation's bits from the first row of
     ``first``'s block on and its values inside to rounding (a constant shift), the enclosed
-    mass its bits everywhere; the inputs are not written."""
+    mass its bits everywhere, on one thread or several; the inputs are not written."""
     from physics.potential import POTENTIAL_BLOCK, compute_potential, updated_potential
 
     rng = np.random.default_rng(first)
-    n = 3000
+    n = 6000
     r = np.sort(rng.random(n) ** -0.6)
     m = rng.random(n) / n
     phi, mcum = compute_potential(r, m)
@@ -458,7 +467,7 @@ def test_updated_potential_equals_a_full_recomputation(first):
         slots = np.unique(np.concatenate(([first], rng.integers(first, n, 5))))
         m2[slots] = np.where(rng.random(slots.size) < 0.5, 0.0, m2[slots] * 1.7)
     want_phi, want_mcum = compute_potential(r, m2)
-    got_phi, got_mcum = updated_potential(r, m2, phi, mcum, first)
+    got_phi, got_mcum = updated_potential(r, m2, phi, mcum, first, threads=threads)
     lo = min(first, first // POTENTIAL_BLOCK * POTENTIAL_BLOCK)
     np.testing.assert_array_equal(got_mcum, want_mcum)
     np.testing.assert_array_equal(got_phi[lo:], want_phi[lo:])
