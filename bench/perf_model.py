@@ -27,10 +27,13 @@ Model, per step, P ranks of one thread each::
   in its old rank's range); the messages to a neighbouring rank (the orbit blocks of
   ``run.orbit_balance``) ``alpha`` each and their bytes per own star (:data:`NEIGHBOUR`).
 
-Today's code already makes some passes on each rank's segment (:data:`SEGMENTED`).  A second
-design ("segments") is projected beside it: every remaining replicated pass but the Allgatherv
-(the potential's prefix sums, the orbit search's levels) done on each rank's segment, its
-results gathered (:data:`SEGMENTS_GATHER_BYTES`).
+Today's code already makes some passes on each rank's segment (:data:`SEGMENTED`).  The
+model's ranks are each its own node; "nodes" groups them by :data:`NODE_RANKS` per node, as
+today's code runs them with ``run.shared_memory`` (the potential's blocks shared by the node's
+ranks, no private copy of r and m).  A third design ("segments") is projected beside them:
+every remaining replicated pass but the Allgatherv (the potential's prefix sums, the orbit
+search's levels) done on each rank's segment, its results gathered
+(:data:`SEGMENTS_GATHER_BYTES`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,13 @@ SHARED_GATHER_CALLS = 3
 #: bench's traffic counts those bytes).  The others are repeated by every rank.
 SEGMENTED = frozenset({"potential_energy", "core_properties", "potential_at_sorted_radii",
                        "radius_lookup_table", "window_relaxation_times"})
+#: Ranks per node of the "nodes" design: a node's ranks hold one copy of the replicated arrays
+#: (``run.shared_memory``) and share the potential's blocks (physics.potential.POTENTIAL_BLOCK)
+#: among them, so the potential costs each rank 1 / min(P, NODE_RANKS) of the pass, and the
+#: copy of the gathered r and m into private arrays goes (each rank writes its own rows into
+#: the window; the nodes' leaders complete the others' in place).  16: the cores of the
+#: machine the model was checked on; the network terms are left as in "today".
+NODE_RANKS = 16
 SMALL = ("Allreduce", "allreduce", "allgather", "bcast", "Bcast", "gather", "Exscan",
          "Alltoall", "exscan", "reduce", "Reduce", "Allgather")
 #: Messages to one neighbouring rank (the orbit blocks shared by run.orbit_balance): one
@@ -262,12 +272,12 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
                "repeated_passes_us": {name: v for k in c1 for name, v in rn.get(k, {}).items()
                                       if name not in SEGMENTED},
                "imbalance": imbalance,
-               "traffic": traffic, "P": ps, "today": [], "segments": [],
+               "traffic": traffic, "P": ps, "today": [], "nodes": [], "segments": [],
                "measured_speedup_P2": one["us_per_star_step"] / two["us_per_star_step"]}
         for p in ps:
             if p == 1:
-                res["today"].append(1.0)
-                res["segments"].append(1.0)
+                for design in ("today", "nodes", "segments"):
+                    res[design].append(1.0)
                 continue
             c = comm_seconds(n, p, traffic)
             work = sum(par.values()) * 1e-6 * n / p * (1.0 + imbalance)
@@ -276,6 +286,10 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
                 rep_today -= r_part["energy"]
                 work += (lookup - r_seg["energy"]) * 1e-6 * n / p * (1.0 + imbalance)
             today = work + rep_today * 1e-6 * n + t_fixed + c
+            # nodes: the node's ranks share the potential's blocks; r and m land in the window
+            potential = rn["sort"]["compute_potential"]
+            rep_nodes = rep_today - potential * (1.0 - 1.0 / min(p, NODE_RANKS)) - copy
+            nodes = work + (rep_nodes + copy / p) * 1e-6 * n + t_fixed + c
             # segments: the remaining replicated passes divide by P too, and their results
             # travel (SEGMENTS_GATHER_BYTES per star); the gathered copy stays
             seg_work = (sum(par.values()) + sum(r_part.values()) - copy) * 1e-6 * n / p
@@ -284,6 +298,7 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
             segments = (seg_work * (1.0 + imbalance) + copy * 1e-6 * n + t_fixed + c
                         + seg_comm)
             res["today"].append(t1 / today)
+            res["nodes"].append(t1 / nodes)
             res["segments"].append(t1 / segments)
             lat, bw = comm_parts(n, p, traffic)
             res.setdefault("terms_s", {})[p] = {
@@ -445,7 +460,7 @@ def write(models: dict, rep: dict, t_fixed: float, t_small: dict[int, float],
               "| N | design | " + " | ".join(f"P={p}" for p in PS) + " | best (P) | paper |",
               "|---|---|" + "---|" * (len(PS) + 2)]
     for n, m in models.items():
-        for design in ("today", "segments"):
+        for design in ("today", "nodes", "segments"):
             s = m[design]
             k = int(np.argmax(s))
             lines.append(f"| {n:.0e} | {design} | " + " | ".join(f"{x:.1f}" for x in s)

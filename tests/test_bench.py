@@ -86,6 +86,12 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
     cap = sum(parts.values()) / (0.001 + 0.004)
     assert m["today"][-1] < cap and m["segments"][-1] > m["today"][-1]
     assert m["today"][PS.index(16)] > m["today"][PS.index(8)]
+    # nodes of 16 ranks: the node's ranks share the potential, r and m land in the window
+    t1 = sum(parts.values()) * 1e-6 * 100_000
+    for p in (2, 16, 1024):
+        k = PS.index(p)
+        saved = (0.004 * (1 - 1 / min(p, perf_model.NODE_RANKS)) + 0.001 * (1 - 1 / p)) * 0.1
+        assert t1 / m["today"][k] - t1 / m["nodes"][k] == pytest.approx(saved, rel=1e-9)
     # the same figures with that merge repeated by every rank: a lower speedup from 4 ranks
     # on, until the lookups of own stars replace it
     monkeypatch.setattr(perf_model, "SEGMENTED", frozenset())
