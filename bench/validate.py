@@ -158,6 +158,9 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
 
     theta_max = RunConfig.theta_max if theta_max is None else theta_max
     dt_window = RunConfig.dt_window if dt_window is None else dt_window
+    # the code the runs are made with: taken before this call writes its outputs into docs/
+    # (which would mark the tree as changed for every run after the first)
+    made = _made()
     results = []
     for n, seed in [(n, s) for n in ns for s in seeds]:
         tag = (f"N{n}" + (f"_seed{seed}" if seed != 1 else "")
@@ -191,7 +194,7 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
         res["seed"] = seed
         res["theta_max"] = theta_max
         res["dt_window"] = dt_window
-        res["made"] = _made()
+        res["made"] = made
         if wall is not None and status == "empty":  # a whole run in one go: its wall time
             res["wall_s"] = wall
             res["threads"] = threads
