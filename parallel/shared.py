@@ -75,6 +75,12 @@ class PotentialStages:
     suffix: Callable[..., None]
 
 
+def block_shares(n_blocks: int, ranks: int) -> np.ndarray:
+    """Bounds of each rank's share of ``n_blocks`` blocks of the potential (any block
+    boundary: the shares differ by one block at most), shape ``(ranks + 1,)``."""
+    return rank_bounds(n_blocks, ranks, 1)
+
+
 #: Room for growth when a window is (re)allocated: the number of objects grows only when a
 #: wide binary is broken, a little at a time.
 GROWTH = 1.125
@@ -236,6 +242,7 @@ class NodeReplicas:
             if self._win is not None:
                 self._retired = [self._win]
             self._allocate(max(64, int(n_total * GROWTH)), stages.block)
+        self._check_block(stages)
         win = self._win
         arrays = dict(self._arrays, r=self._radii[self._next])
         self._next ^= 1
@@ -265,6 +272,13 @@ class NodeReplicas:
         if self._sync(self._win, failed is not None):
             raise failed or RuntimeError("the potential failed on another rank of this node")
 
+    def _check_block(self, stages: PotentialStages) -> None:
+        """The window's block totals were laid out for ``stages.block`` (the same stages on
+        every rank, so every rank raises alike, before anything is written)."""
+        if stages.block != self._block:
+            raise ValueError(f"potential blocks of {stages.block} rows in a window made for "
+                             f"{self._block}")
+
     def _potential(self, views: tuple[np.ndarray, ...], first: int,
                    stages: PotentialStages) -> None:
         """``phi`` and ``mcum`` of ``views`` (r, m, phi, mcum) from block ``first // block``
@@ -273,13 +287,10 @@ class NodeReplicas:
         final sum), the totals in the window, a sync after each stage."""
         r, m, phi, mcum = views
         n = r.shape[0]
-        if stages.block != self._block:
-            raise ValueError(f"potential blocks of {stages.block} rows in a window made for "
-                             f"{self._block}")
         block = stages.block
         nb = (n + block - 1) // block
         bf = first // block
-        share = bf + rank_bounds(nb - bf, self.node.Get_size())
+        share = bf + block_shares(nb - bf, self.node.Get_size())
         k = self.node.Get_rank()
         b0, b1 = int(share[k]), int(share[k + 1])
         mass_totals, phi_totals = self._totals
@@ -322,6 +333,7 @@ class NodeReplicas:
         copied the masses and wrote the potential and enclosed mass of all N stars into
         private arrays (12-15 ms per rank and step at N = 1e6 on 16 ranks of one node).
         """
+        self._check_block(stages)
         r, m, phi, mcum = self._views
         first = (int(rows.min()) // stages.block) * stages.block
         old = float(phi[first])

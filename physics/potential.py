@@ -57,8 +57,9 @@ def compute_potential(r: np.ndarray, m: np.ndarray, threads: int | None = None
 # increments between them independent (vectorised: one division per star, none on the final
 # sum's dependency chain).  Each running sum is blocked: inside block b it runs from 0 and the
 # value written is the block's offset plus it; the offset of the next block is this offset
-# plus the block's total, so that the last row of a block holds exactly the next block's
-# offset (the sum restarts from any block's first row with the bits of the whole), and a
+# plus the block's total, so that the row where a block's sum ends (its last row for the
+# enclosed mass, its first for the potential, summed inward) holds exactly the next block's
+# offset (the sum restarts from any block with the bits of the whole), and a
 # block's total can be summed apart from the writes (``*_totals``), which lets the ranks of a
 # node (parallel.shared.NodeReplicas) or the threads each take a share of the blocks.  The
 # final sum's outermost block starts from phi[N - 1] with offset 0: there it is the plain
@@ -186,7 +187,7 @@ def compute_potential_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray,
     sum, as its total would give)."""
     n = r.shape[0]
     nb = (n + block - 1) // block
-    bf = first // block
+    bf = max(0, min(first, n)) // block
     none = np.empty(0)
     enclosed_mass_blocks(m, mcum, none, bf, bf, nb, block)
     potential_increments_into(r, mcum, phi, min(n, bf * block), n)
@@ -200,7 +201,7 @@ def potential_threaded_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum:
     ``first``'s on, each summing its blocks' totals, then writing them (the same bits)."""
     n = r.shape[0]
     nb = (n + block - 1) // block
-    bf = first // block
+    bf = max(0, min(first, n)) // block
     bounds = bf + (np.arange(chunks + 1) * (nb - bf)) // chunks
     mass_totals = np.empty(nb)
     phi_totals = np.empty(nb)

@@ -840,3 +840,16 @@ def test_exact_cuts_equal_per_cut_twin(size, ndistinct, tiebreak, per_cut):
             below_j = np.concatenate([rank_of[starts[q]:starts[q] + got[q][j]]
                                       for q in range(size)])
             np.testing.assert_array_equal(np.sort(below_j), np.arange(target))
+
+
+@pytest.mark.parametrize("blocks, ranks", [(0, 4), (3, 16), (98, 16), (977, 16), (20, 3),
+                                           (1, 1)])
+def test_potential_block_shares_are_even(blocks, ranks):
+    """The node's ranks share the potential's blocks evenly (at most one block apart, at
+    any block boundary), in order and covering every block once."""
+    from parallel.shared import block_shares
+
+    b = block_shares(blocks, ranks)
+    sizes = np.diff(b)
+    assert b[0] == 0 and b[-1] == blocks and b.size == ranks + 1
+    assert sizes.min() >= 0 and sizes.max() - sizes.min() <= 1

@@ -369,7 +369,7 @@ def _chained_potential(r: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("n", [1, 2, 1023, 1024, 1025, 5000])
+@pytest.mark.parametrize("n", [1, 2, 1023, 1024, 1025, 4097, 5000])
 def test_potential_equals_its_plain_twin(n, threads):
     """compute_potential holds its blocked twin's bits on any number of threads; within one
     block (n <= POTENTIAL_BLOCK) that is the plain running sums', and with more blocks it
@@ -392,16 +392,17 @@ def test_potential_equals_its_plain_twin(n, threads):
         assert not all(np.array_equal(a, b) for a, b in zip(got, chained, strict=True))
 
 
+@pytest.mark.parametrize("n", [989, 999])
 @pytest.mark.parametrize("parts", [1, 2, 3, 7, 16])
-@pytest.mark.parametrize("first", [0, 1, 13, 500, 998, 999])
-def test_staged_potential_equals_its_plain_twin(parts, first):
+@pytest.mark.parametrize("first", [0, 1, 13, 500, 988, 998, 999])
+def test_staged_potential_equals_its_plain_twin(parts, first, n):
     """The potential in stages over blocks of 13 rows, as the ranks of a node compute it (the
     blocks' mass totals, then their enclosed mass, increments and final-sum totals, then their
     final sum, each stage by ``parts`` shares of the blocks from ``first``'s on, in any
     order), holds the twin's bits from ``first``'s block on and leaves the rows inside alone;
     compute_potential_into (one pass each, from any block) and potential_threaded_into (the
-    same shares on the threads) hold them too."""
-    from parallel.decomposition import rank_bounds
+    same shares on the threads) hold them too; n = 989 ends in a block of one row."""
+    from parallel.shared import block_shares
     from physics.potential import (
         compute_potential_into,
         enclosed_mass_totals,
@@ -411,8 +412,8 @@ def test_staged_potential_equals_its_plain_twin(parts, first):
     )
 
     block = 13
-    rng = np.random.default_rng(parts * 1000 + first)
-    n = 999
+    rng = np.random.default_rng(parts * 1000 + first + n)
+    first = min(first, n)
     r = np.sort(rng.random(n) ** -0.6)
     m = rng.random(n) / n
     want_phi, want_mcum = _blocked_potential(r, m, block)
@@ -434,7 +435,7 @@ def test_staged_potential_equals_its_plain_twin(parts, first):
     phi, mcum = np.full(n, np.nan), want_mcum.copy()
     mcum[lo:] = np.nan
     mass_totals, phi_totals = np.full(nb, np.nan), np.full(nb, np.nan)
-    share = bf + rank_bounds(nb - bf, parts)
+    share = bf + block_shares(nb - bf, parts)
     for k in rng.permutation(parts):  # any order: the shares are independent
         enclosed_mass_totals(m, mass_totals, int(share[k]), int(share[k + 1]), block)
     for k in rng.permutation(parts):
@@ -468,7 +469,7 @@ def test_updated_potential_equals_a_full_recomputation(first, threads):
         m2[slots] = np.where(rng.random(slots.size) < 0.5, 0.0, m2[slots] * 1.7)
     want_phi, want_mcum = compute_potential(r, m2)
     got_phi, got_mcum = updated_potential(r, m2, phi, mcum, first, threads=threads)
-    lo = min(first, first // POTENTIAL_BLOCK * POTENTIAL_BLOCK)
+    lo = first // POTENTIAL_BLOCK * POTENTIAL_BLOCK
     np.testing.assert_array_equal(got_mcum, want_mcum)
     np.testing.assert_array_equal(got_phi[lo:], want_phi[lo:])
     np.testing.assert_allclose(got_phi[:lo], want_phi[:lo], rtol=1e-14, atol=0)

@@ -125,7 +125,8 @@ def test_update_masses_equals_updated_potential(world, ranks_per_node, block):
     """New masses at some rows of the node's window (objects gone, products' masses) give
     updated_potential's bits in m, phi and mcum, the node's ranks each shifting its share of
     the inside: the innermost changed row at the centre, inside, in the halo and the last
-    one (the run's blocks, and small ones); a later publish starts afresh; a stage failing
+    one (the run's blocks, and small ones), and a second update after each; a later publish
+    starts afresh; a stage failing
     on one rank raises on every rank of the node, in an update and in a publish, none
     hangs."""
     if world.Get_size() == 1:
@@ -149,6 +150,18 @@ def test_update_masses_equals_updated_potential(world, ranks_per_node, block):
         # the outermost rows moved the potential: a shift inside, not a copy
         results.append(first == 0 or not np.array_equal(got[1][:first], phi[:first])
                        or np.all(masses == m_all[rows]))
+        # a second update of the same arrays (no publish between): from the first's values;
+        # as in a step, every rank has read the arrays before any rank changes them again
+        world.Barrier()
+        rows2 = np.unique(rng.integers(max(0, first - 300), n_total, 4))
+        masses2 = rng.random(rows2.size) / n_total
+        m_new2 = m_new.copy()
+        m_new2[rows2] = masses2
+        phi_new2, mcum_new2 = updated_potential(r_all, m_new2, phi_new, mcum_new,
+                                                int(rows2.min()), block)
+        got2 = rep.update_masses(rows2, masses2, stages)
+        results.append(all(np.array_equal(a, b) for a, b in
+                           zip(got2, (m_new2, phi_new2, mcum_new2), strict=True)))
 
     def broken(*args):  # on the node's last rank only: the others must not wait for it
         if rep.node.Get_rank() == rep.node.Get_size() - 1:
