@@ -45,11 +45,7 @@ def compute_potential(r: np.ndarray, m: np.ndarray, threads: int | None = None
     n = r.shape[0]
     phi = np.empty(n)
     mcum = np.empty(n)
-    chunks = _chunks(n, 0, POTENTIAL_BLOCK, threads)
-    if chunks > 1:
-        potential_threaded_into(r, m, phi, mcum, chunks, POTENTIAL_BLOCK)
-    else:
-        compute_potential_into(r, m, phi, mcum)
+    potential_from(r, m, phi, mcum, 0, POTENTIAL_BLOCK, _chunks(n, 0, POTENTIAL_BLOCK, threads))
     return phi, mcum
 
 
@@ -214,6 +210,17 @@ def potential_threaded_into(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum:
         potential_suffix_blocks(phi, phi_totals, bounds[c], bounds[c + 1], nb, block)
 
 
+@njit(cache=True)
+def potential_from(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.ndarray, first: int,
+                   block: int, chunks: int) -> None:
+    """:func:`compute_potential_into` from ``first``'s block on, in ``chunks`` thread shares
+    of the blocks (:func:`potential_threaded_into`) or, for 1, in one pass each."""
+    if chunks > 1:
+        potential_threaded_into(r, m, phi, mcum, chunks, block, first)
+    else:
+        compute_potential_into(r, m, phi, mcum, first, block)
+
+
 def _chunks(n: int, first: int, block: int, threads: int | None) -> int:
     """Thread shares for the blocks of rows ``first .. n - 1``: 1 (one pass each, no parallel
     region, ~10 us) for fewer than four blocks."""
@@ -274,10 +281,7 @@ def _updated_potential(r: np.ndarray, m: np.ndarray, phi: np.ndarray, mcum: np.n
     for k in range(first):
         new_mcum[k] = mcum[k]
     # the full sum's operations on the blocks from `first` on (the same bits there)
-    if chunks > 1:
-        potential_threaded_into(r, m, new_phi, new_mcum, chunks, block, first)
-    else:
-        compute_potential_into(r, m, new_phi, new_mcum, first, block)
+    potential_from(r, m, new_phi, new_mcum, first, block, chunks)
     if first > 0:
         shift = new_phi[first] - phi[first]
         for k in range(first):
