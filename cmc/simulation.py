@@ -429,12 +429,14 @@ class Simulation:
                              f"--set {key}=...")
 
     # ------------------------------------------------------------------ replicated data
-    def sync_replicated(self) -> None:
+    def sync_replicated(self, n_total: int | None = None) -> None:
         """Allgather radii and masses (global order) and recompute the potential: into the
         node's shared memory (:class:`parallel.shared.NodeReplicas`, ``run.shared_memory``),
-        or into this rank's own arrays."""
+        or into this rank's own arrays.  ``n_total``: the number of stars on all ranks, where
+        the caller knows it (the step's sort counted them), else reduced here."""
         if self.replicas is not None:  # (publish checks this rank's count against the layout)
-            self.n_total = int(allreduce_sum(self.comm, np.array([self.stars.n]))[0])
+            self.n_total = (int(allreduce_sum(self.comm, np.array([self.stars.n]))[0])
+                            if n_total is None else int(n_total))
             self.r_all, self.m_all, self.phi_all, self.mcum_all = self.replicas.publish(
                 self.n_total, self.stars.r, self.stars.m, POTENTIAL_STAGES)
         else:
@@ -655,7 +657,7 @@ class Simulation:
             self._cut_width = 0.5 * self._cut_width + 0.5 * max(miss, 1.0)
         self.stars = stars = StarTable(sorted_fields)
         r_old_all = self.r_all
-        self.sync_replicated()
+        self.sync_replicated(report.get("n_total"))
         t5 = time.perf_counter()
         self.timers["sort"] += t5 - t4
         # 6. energy correction

@@ -1153,6 +1153,8 @@ def _sample_sort_records(
             report["counts"] = counts
             report["targets"] = rank_bounds(n_total, size, chunk)[1:-1]
 
+    if report is not None:
+        report["n_total"] = n_total
     # Phase 4: cut at the splitters, exchange the stars that leave this rank.
     if split_k is None:  # no samples at all, hence no stars anywhere
         bounds = np.zeros(size - 1, dtype=np.int64)
@@ -1631,7 +1633,8 @@ def parallel_sort(
         With ``splitters`` on ``P > 1`` ranks, filled with ``"counts"``, the number of stars
         on all ranks below each guess (the shape of ``splitters``), and ``"targets"``, the
         block bounds (global row numbers) the guesses stood for: a caller's measure of its
-        guesses (the same on every rank).
+        guesses (the same on every rank).  On ``P > 1`` ranks ``"n_total"`` too: the number
+        of stars sorted, on all ranks (the caller needs no reduction of its own for it).
 
     Returns
     -------

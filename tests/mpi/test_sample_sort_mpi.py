@@ -253,12 +253,18 @@ def test_parallel_sort_reports_its_guesses(on_subcomms):
         report: dict = {}
         parallel_sort(comm, take(stars, local_indices("uneven", n, p, comm.rank)),
                       splitters=guesses if p > 1 else None, report=report)
-        return guesses, report
+        # with rows dropped, the number kept on all ranks (what the step reduced itself)
+        dropped: dict = {}
+        mine = take(stars, local_indices("uneven", n, p, comm.rank))
+        parallel_sort(comm, mine, rows=np.arange(0, mine["r"].size, 3),
+                      splitters=guesses if p > 1 else None, report=dropped)
+        return guesses, report, dropped
 
     for p, outcomes in on_subcomms(run).items():
-        for guesses, report in values(outcomes):
+        kept = sum(-(-local_indices("uneven", n, p, q).size // 3) for q in range(p))
+        for guesses, report, dropped in values(outcomes):
             if p == 1:
-                assert report == {}
+                assert report == {} and dropped == {}
                 assert np.isnan(guess_deviation(report))
                 continue
             np.testing.assert_array_equal(report["counts"],
@@ -267,6 +273,8 @@ def test_parallel_sort_reports_its_guesses(on_subcomms):
             # the middle guesses are the keys at bounds + 7 (distinct keys): 7 stars off
             assert guesses.shape[1] > BRACKET_MIDDLE
             assert guess_deviation(report) == 7.0
+            assert report["n_total"] == n
+            assert dropped["n_total"] == kept
 
 
 @pytest.mark.parametrize("bad", ["nan", "length", "decreasing"])
