@@ -1132,8 +1132,12 @@ class Simulation:
         from all stars.  The result does not depend on the number of ranks.
         """
         stars = self.stars
-        debts = allgatherv_array(self.comm, deficit)
-        kes = allgatherv_array(self.comm, block_kinetic(stars.m, stars.vr, stars.vt, MIN_CHUNK))
+        # one message: both columns, every rank's block count from the layout (the step's
+        # sort left each rank its block_counts share)
+        rows = (block_counts(self.n_total, self.size) + MIN_CHUNK - 1) // MIN_CHUNK
+        both = allgatherv_array(self.comm, np.column_stack((
+            deficit, block_kinetic(stars.m, stars.vr, stars.vt, MIN_CHUNK))), rows=rows)
+        debts, kes = np.ascontiguousarray(both[:, 0]), np.ascontiguousarray(both[:, 1])
         pay, left = settle_debts(debts, kes, TAKE_FRACTION)
         first = self.offset // MIN_CHUNK
         mine = pay[first:first + deficit.size]
