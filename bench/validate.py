@@ -147,6 +147,31 @@ def _made() -> str:
     return f"{time.strftime('%Y-%m-%d')}, {commit}{dirty}"
 
 
+#: the file in a validation run's directory naming the code that made it
+MADE_FILE = "validate_made.txt"
+
+
+def run_made(out: Path, previous_json: Path, made: str, status: str) -> str:
+    """Which code made the run in ``out`` (date, commit), after this call's part of it.
+
+    ``status`` is what this call did: ``"empty"`` (a new run, made by ``made``),
+    ``"resumable"`` (an interrupted run continued: its first stamp, then ``made``) or
+    ``"finished"`` (only analysed again: the run's own stamp, not this call's).  A run made
+    before the stamp file existed falls back on the ``made`` of its last result in
+    ``previous_json``, else ``"-"`` (unknown).  Writes the stamp into ``out``.
+    """
+    stamp = out / MADE_FILE
+    if stamp.exists():
+        before = stamp.read_text().strip()
+    elif previous_json.exists():
+        before = json.loads(previous_json.read_text()).get("made", "-")
+    else:
+        before = "-"
+    now = {"empty": made, "resumable": f"{before}; continued {made}"}.get(status, before)
+    stamp.write_text(now + "\n")
+    return now
+
+
 def main(ns: list[int], resume: bool = False, threads: int = 0,
          seeds: tuple[int, ...] = (1,), theta_max: float | None = None,
          dt_window: int | None = None) -> None:
@@ -194,12 +219,14 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
         res["seed"] = seed
         res["theta_max"] = theta_max
         res["dt_window"] = dt_window
-        res["made"] = made
+        docs = ROOT / "docs"
+        # a finished run analysed again keeps the stamp of the code that made it
+        res["made"] = run_made(out, docs / f"validation_{tag}.json", made,
+                               status if status in ("finished", "resumable") else "empty")
         if wall is not None and status == "empty":  # a whole run in one go: its wall time
             res["wall_s"] = wall
             res["threads"] = threads
         results.append(res)
-        docs = ROOT / "docs"
         docs.mkdir(exist_ok=True)
         (docs / f"validation_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
         shutil.copy(out / "evolution.png", docs / f"validation_{tag}.png")

@@ -418,3 +418,24 @@ def test_projection_from_measured_compute():
         for p, s in zip(PS, got[n]["speedup"]):
             if p < 256:  # (from 256 ranks on the model drops the energy correction's gather)
                 assert s == pytest.approx((a + b) / (a / p + b))
+
+
+def test_validation_keeps_the_stamp_of_the_code_that_made_a_run(tmp_path):
+    """bench/validate.py --resume of a finished run analyses it again: its "made" stays the
+    code that made it (before, every re-analysis stamped the current commit); a continued run
+    names both; a run from before the stamp file takes its last result's stamp."""
+    import json
+
+    from validate import MADE_FILE, run_made
+
+    out, docs = tmp_path / "run", tmp_path / "validation_N10.json"
+    out.mkdir()
+    assert run_made(out, docs, "2026-11-27, aaa", "finished") == "-"  # nothing known
+    (out / MADE_FILE).unlink()
+    docs.write_text(json.dumps({"made": "2026-11-26, old"}))
+    assert run_made(out, docs, "2026-11-27, aaa", "finished") == "2026-11-26, old"
+    assert run_made(out, docs, "2026-11-27, bbb", "finished") == "2026-11-26, old"
+    assert (run_made(out, docs, "2026-11-27, ccc", "resumable")
+            == "2026-11-26, old; continued 2026-11-27, ccc")
+    assert run_made(out, docs, "2026-11-28, ddd", "empty") == "2026-11-28, ddd"
+    assert run_made(out, docs, "2026-11-29, eee", "finished") == "2026-11-28, ddd"
