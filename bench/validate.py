@@ -134,14 +134,17 @@ def write_report(results: list[dict]) -> Path:
 
 
 def _made() -> str:
-    """Today's date and the checked-out commit (``+`` if the tree has changes)."""
+    """Today's date and the checked-out commit (``+`` if the code has changes: docs/, where
+    the validations write, does not count, so that a second validation after a first is
+    not marked as made by changed code)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD") or "?"
-        dirty = "+" if git("status", "--porcelain", "--untracked-files=no") else ""
+        dirty = "+" if git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                           ":(exclude)docs") else ""
     except OSError:  # no git
         commit, dirty = "?", ""
     return f"{time.strftime('%Y-%m-%d')}, {commit}{dirty}"
