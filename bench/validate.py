@@ -229,6 +229,10 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
         if wall is not None and status == "empty":  # a whole run in one go: its wall time
             res["wall_s"] = wall
             res["threads"] = threads
+        elif status == "finished" and (docs / f"validation_{tag}.json").exists():
+            # analysed again: the wall time of the run as it was made, if it was timed whole
+            before = json.loads((docs / f"validation_{tag}.json").read_text())
+            res.update({k: before[k] for k in ("wall_s", "threads") if k in before})
         results.append(res)
         docs.mkdir(exist_ok=True)
         (docs / f"validation_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
