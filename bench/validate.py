@@ -150,28 +150,36 @@ def _made() -> str:
     return f"{time.strftime('%Y-%m-%d')}, {commit}{dirty}"
 
 
-#: the file in a validation run's directory naming the code that made it
-MADE_FILE = "validate_made.txt"
+#: the file in a validation run's directory recording the code that made it (and, for a run
+#: made whole in one go, its wall time)
+RUN_FILE = "validate_run.json"
 
 
-def run_made(out: Path, previous_json: Path, made: str, status: str) -> str:
-    """Which code made the run in ``out`` (date, commit), after this call's part of it.
+def run_record(out: Path, previous_json: Path, made: str, status: str) -> dict:
+    """The record of the run in ``out`` for this call, written into ``out`` before the call
+    runs anything (so that an interrupted run keeps the stamp of the code that made it).
 
-    ``status`` is what this call did: ``"empty"`` (a new run, made by ``made``),
-    ``"resumable"`` (an interrupted run continued: its first stamp, then ``made``) or
-    ``"finished"`` (only analysed again: the run's own stamp, not this call's).  A run made
-    before the stamp file existed falls back on the ``made`` of its last result in
-    ``previous_json``, else ``"-"`` (unknown).  Writes the stamp into ``out``.
+    ``status`` is what this call does: ``"empty"`` (a new run, made by ``made``; its wall
+    time is added when it completes), ``"resumable"`` (an interrupted run continued: its first
+    stamp, then ``made``; no wall time, it was not made in one go) or ``"finished"`` (only
+    analysed again: the run's own record, not this call's).  A run made before records
+    existed falls back on its last result in ``previous_json`` (``made``, ``wall_s``,
+    ``threads``), else ``made = "-"`` (unknown).  Returns the record: ``{"made": ...}`` and
+    possibly ``wall_s``, ``threads``.
     """
-    stamp = out / MADE_FILE
-    if stamp.exists():
-        before = stamp.read_text().strip()
+    path = out / RUN_FILE
+    if path.exists():
+        before = json.loads(path.read_text())
     elif previous_json.exists():
-        before = json.loads(previous_json.read_text()).get("made", "-")
+        prev = json.loads(previous_json.read_text())
+        before = {k: prev[k] for k in ("made", "wall_s", "threads") if k in prev}
     else:
-        before = "-"
-    now = {"empty": made, "resumable": f"{before}; continued {made}"}.get(status, before)
-    stamp.write_text(now + "\n")
+        before = {}
+    before.setdefault("made", "-")
+    now = {"empty": {"made": made},
+           "resumable": {"made": f"{before['made']}; continued {made}"}}.get(status, before)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(now) + "\n")
     return now
 
 
@@ -212,27 +220,25 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
                    "--set", f"run.threads={threads}",
                    "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
             cmd += ["--set", f"run.theta_max={theta_max}", "--set", f"run.dt_window={dt_window}"]
-        wall = None
+        docs = ROOT / "docs"
+        # the run's record (which code made it) goes into its directory before it starts:
+        # a finished run analysed again keeps the stamp of the code that made it, an
+        # interrupted one continued names both
+        fresh = status not in ("finished", "resumable")
+        record = run_record(out, docs / f"validation_{tag}.json", made,
+                            "empty" if fresh else status)
         if cmd is not None:
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True)
-            wall = time.perf_counter() - t0
+            if fresh:  # a whole run in one go: its wall time
+                record.update(wall_s=time.perf_counter() - t0, threads=threads)
+                (out / RUN_FILE).write_text(json.dumps(record) + "\n")
         subprocess.run([sys.executable, "-m", "cmc.cli", "plot", str(out)], check=True)
         res = analyse(out)
         res["seed"] = seed
         res["theta_max"] = theta_max
         res["dt_window"] = dt_window
-        docs = ROOT / "docs"
-        # a finished run analysed again keeps the stamp of the code that made it
-        res["made"] = run_made(out, docs / f"validation_{tag}.json", made,
-                               status if status in ("finished", "resumable") else "empty")
-        if wall is not None and status == "empty":  # a whole run in one go: its wall time
-            res["wall_s"] = wall
-            res["threads"] = threads
-        elif status == "finished" and (docs / f"validation_{tag}.json").exists():
-            # analysed again: the wall time of the run as it was made, if it was timed whole
-            before = json.loads((docs / f"validation_{tag}.json").read_text())
-            res.update({k: before[k] for k in ("wall_s", "threads") if k in before})
+        res.update(record)
         results.append(res)
         docs.mkdir(exist_ok=True)
         (docs / f"validation_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")

@@ -421,21 +421,81 @@ def test_projection_from_measured_compute():
 
 
 def test_validation_keeps_the_stamp_of_the_code_that_made_a_run(tmp_path):
-    """bench/validate.py --resume of a finished run analyses it again: its "made" stays the
-    code that made it (before, every re-analysis stamped the current commit); a continued run
-    names both; a run from before the stamp file takes its last result's stamp."""
+    """bench/validate.py's record of a run: --resume of a finished run analyses it again and
+    keeps the code that made it (before, every re-analysis stamped the current commit) and its
+    wall time; a continued run names both and has no wall time (not made in one go); a run
+    from before the records takes its last result's."""
     import json
 
-    from validate import MADE_FILE, run_made
+    from validate import RUN_FILE, run_record
 
     out, docs = tmp_path / "run", tmp_path / "validation_N10.json"
-    out.mkdir()
-    assert run_made(out, docs, "2026-11-27, aaa", "finished") == "-"  # nothing known
-    (out / MADE_FILE).unlink()
-    docs.write_text(json.dumps({"made": "2026-11-26, old"}))
-    assert run_made(out, docs, "2026-11-27, aaa", "finished") == "2026-11-26, old"
-    assert run_made(out, docs, "2026-11-27, bbb", "finished") == "2026-11-26, old"
-    assert (run_made(out, docs, "2026-11-27, ccc", "resumable")
-            == "2026-11-26, old; continued 2026-11-27, ccc")
-    assert run_made(out, docs, "2026-11-28, ddd", "empty") == "2026-11-28, ddd"
-    assert run_made(out, docs, "2026-11-29, eee", "finished") == "2026-11-28, ddd"
+    assert run_record(out, docs, "2026-11-27, aaa", "finished") == {"made": "-"}
+    (out / RUN_FILE).unlink()
+    docs.write_text(json.dumps({"made": "2026-11-26, old", "wall_s": 5.0, "threads": 2}))
+    old = {"made": "2026-11-26, old", "wall_s": 5.0, "threads": 2}
+    assert run_record(out, docs, "2026-11-27, aaa", "finished") == old
+    assert run_record(out, docs, "2026-11-27, bbb", "finished") == old
+    assert (run_record(out, docs, "2026-11-27, ccc", "resumable")
+            == {"made": "2026-11-26, old; continued 2026-11-27, ccc"})
+    assert run_record(out, docs, "2026-11-28, ddd", "empty") == {"made": "2026-11-28, ddd"}
+    assert run_record(out, docs, "2026-11-29, eee", "finished") == {"made": "2026-11-28, ddd"}
+
+
+def test_validation_stamps_an_interrupted_run_before_it_starts(tmp_path, monkeypatch):
+    """A new validation run stopped by the wall clock (cmc exits 75), then continued with
+    --resume: its result names the code that started it and the one that finished it, and
+    has no wall time (``cmc run --overwrite`` keeps unknown files, so a record written only
+    after a run completed named the replaced run's code; an independent review found it).
+    The subprocesses are stand-ins; the run directory's handling is cmc's own."""
+    import json
+    import subprocess
+    import types
+
+    import validate
+
+    from cmc import rundir
+
+    out = tmp_path / "runs" / "validate_N100"
+    (tmp_path / "docs").mkdir()
+    state = {"kind": "empty", "fail": False}
+
+    def fake_run(cmd, check=True, **kw):
+        if "run" in cmd and "--overwrite" in cmd:
+            out.mkdir(parents=True, exist_ok=True)
+            rundir.clear_outputs(out)  # what cmc run --overwrite does
+            if state["fail"]:
+                state["kind"] = "resumable"
+                raise subprocess.CalledProcessError(75, cmd)
+            state["kind"] = "finished"
+        elif "restart" in cmd:
+            state["kind"] = "finished"
+        elif "plot" in cmd:
+            (out / "evolution.png").write_text("png")
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(validate, "ROOT", tmp_path)
+    monkeypatch.setattr(validate.subprocess, "run", fake_run)
+    monkeypatch.setattr(rundir, "run_status", lambda d: types.SimpleNamespace(kind=state["kind"]))
+    monkeypatch.setattr(validate, "analyse", lambda d: {"N": 100})
+    monkeypatch.setattr(validate, "write_report", lambda results: None)
+
+    def go(made, resume, fail=False):
+        monkeypatch.setattr(validate, "_made", lambda: made)
+        state["fail"] = fail
+        validate.main([100], resume=resume)
+        return json.loads((tmp_path / "docs" / "validation_N100.json").read_text())
+
+    first = go("A", False)
+    assert first["made"] == "A" and "wall_s" in first
+    with pytest.raises(subprocess.CalledProcessError):
+        go("B", False, fail=True)  # a new run over it, stopped
+    resumed = go("C", True)
+    assert resumed["made"] == "B; continued C" and "wall_s" not in resumed
+    assert go("D", True)["made"] == "B; continued C"  # analysed again only
+    go("E", False)
+    with pytest.raises(subprocess.CalledProcessError):
+        go("F", False, fail=True)
+    state["kind"] = "finished"  # finished by hand (cmc restart), then analysed
+    by_hand = go("G", True)
+    assert by_hand["made"] == "F" and "wall_s" not in by_hand  # not E's wall time
