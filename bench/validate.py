@@ -155,6 +155,12 @@ def _made() -> str:
 RUN_FILE = "validate_run.json"
 
 
+def _save_record(out: Path, record: dict) -> None:
+    """Write a run's record (:func:`run_record`) into its directory ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_FILE).write_text(json.dumps(record) + "\n")
+
+
 def run_record(out: Path, previous_json: Path, made: str, status: str) -> dict:
     """The record of the run in ``out`` for this call, written into ``out`` before the call
     runs anything (so that an interrupted run keeps the stamp of the code that made it).
@@ -178,8 +184,7 @@ def run_record(out: Path, previous_json: Path, made: str, status: str) -> dict:
     before.setdefault("made", "-")
     now = {"empty": {"made": made},
            "resumable": {"made": f"{before['made']}; continued {made}"}}.get(status, before)
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(now) + "\n")
+    _save_record(out, now)
     return now
 
 
@@ -232,7 +237,7 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
             subprocess.run(cmd, check=True)
             if fresh:  # a whole run in one go: its wall time
                 record.update(wall_s=time.perf_counter() - t0, threads=threads)
-                (out / RUN_FILE).write_text(json.dumps(record) + "\n")
+                _save_record(out, record)
         subprocess.run([sys.executable, "-m", "cmc.cli", "plot", str(out)], check=True)
         res = analyse(out)
         res["seed"] = seed
