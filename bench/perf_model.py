@@ -7,7 +7,8 @@ docs/performance.md (between the ``model`` markers) and docs/performance_model.j
 
 Model, per step, P ranks of one thread each::
 
-    T(N, P) = sum_parts [ p_part N / P (1 + w) + r_part N ] + T_fixed + T_comm(N, P)
+    T(N, P) = sum_parts [ p_part N / P (1 + w) + r_part N ] + T_fixed + T_read(P)
+              + T_comm(N, P)
 
 * ``p_part`` [us per star]: the part's parallel work, ``2 (c_part(P=2) - r_part)`` from the
   2-rank bench (so the MPI-only work of the sort -- packing, exchange, merge -- is in it);
@@ -17,6 +18,9 @@ Model, per step, P ranks of one thread each::
   figures.
 * ``T_fixed``: per-step cost that does not grow with N (interpreter, small reductions, I/O),
   the step times of N = 1000 and 4000 extrapolated to N = 0.
+* ``T_read(P)``: what every rank does with what the step's gathers of per-rank data bring it
+  (the sort's exact-cut offers, the sizes of the Allgathervs), O(P) per rank: measured here
+  at each P by :mod:`bench.gather_cost` (one process, no network).
 * ``T_comm``: from the measured traffic of the 2-rank bench (bytes and calls per method),
   scaled to P with a latency-bandwidth network (:data:`ALPHA_S`, :data:`BETA_BPS`): small
   collectives ``ceil(log2 P) alpha``; the Allgatherv of the replicated arrays ``ceil(log2 P)
@@ -234,18 +238,28 @@ def traffic_of(row2: dict, n: int) -> dict:
             "f2": min(1.0, a2a_bytes / rec / (n / 2))}
 
 
+def read_seconds(ps: list[int]) -> dict[int, float]:
+    """T_read(P) [s per step]: the gathers' per-rank reading at each P > 1
+    (:func:`bench.gather_cost.measure`, today's way: the offers as numbers)."""
+    from bench.gather_cost import measure
+
+    return {p: measure(p)["words_us"] * 1e-6 for p in ps if p > 1}
+
+
 def model(bench: dict, rep: dict[int, dict], t_fixed: float,
           ns: tuple[int, ...] = (100_000, 1_000_000, 10_000_000),
-          ps: list[int] | None = None) -> dict:
+          ps: list[int] | None = None, t_read: dict[int, float] | None = None) -> dict:
     """T(N, P) and speedups for today's design and the 'segments' design.
 
     One rank: the measured one-core step.  P >= 2: each part's parallel work per star is taken
     from the 2-rank bench, ``2 (c_part(P=2) - r_part)`` (so the MPI-only work of the sort --
     packing, exchange, merge -- is in it), divided by P and raised by the load imbalance
     measured there (``wait`` over the parallel work, assumed not to grow with P); plus the
-    replicated passes, T_fixed and the network model.
+    replicated passes, T_fixed, the gathers' reading ``t_read[P]`` (none if not given) and the
+    network model.
     """
     ps = PS if ps is None else ps
+    t_read = t_read or {}
     rows = [r for r in bench["steps"] if r.get("config", "Plummer") == "Plummer"]
     out = {}
     for n in ns:
@@ -279,7 +293,7 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
                 for design in ("today", "nodes", "segments"):
                     res[design].append(1.0)
                 continue
-            c = comm_seconds(n, p, traffic)
+            c = comm_seconds(n, p, traffic) + t_read.get(p, 0.0)
             work = sum(par.values()) * 1e-6 * n / p * (1.0 + imbalance)
             rep_today = sum(r_part.values())
             if p >= OLD_POTENTIAL_LOOKUP_MIN_RANKS:  # lookups of own stars replace the merge
@@ -303,7 +317,8 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
             lat, bw = comm_parts(n, p, traffic)
             res.setdefault("terms_s", {})[p] = {
                 "divided work": work, "repeated passes": rep_today * 1e-6 * n,
-                "T_fixed": t_fixed, "latency": lat, "bandwidth": bw}
+                "T_fixed": t_fixed, "reading the gathers": t_read.get(p, 0.0), "latency": lat,
+                "bandwidth": bw}
         out[n] = res
     return out
 
@@ -430,13 +445,18 @@ def compute_measured(cs: dict, models: dict) -> dict:
 
 
 def write(models: dict, rep: dict, t_fixed: float, t_small: dict[int, float],
-          source: str, cal: dict | None = None, comp: dict | None = None) -> str:
+          source: str, cal: dict | None = None, comp: dict | None = None,
+          t_read: dict[int, float] | None = None) -> str:
     lines = ["<!-- model:begin (bench/perf_model.py writes this section) -->", "",
              f"Inputs: `{source}`; passes over the replicated arrays and T_fixed = "
              f"{t_fixed * 1e3:.2f} ms (the step of N = 1000 and 4000, "
              + ", ".join(f"{v * 1e3:.2f}" for v in t_small.values())
              + " ms, extrapolated to N = 0) measured by bench/perf_model.py on this machine; "
-             "network alpha = "
+             + ("T_read(P), every rank's reading of the step's gathers of per-rank data "
+                "(bench/gather_cost.py, this machine, no network): " + ", ".join(
+                    f"P = {p}: {v * 1e3:.2f} ms" for p, v in (t_read or {}).items()
+                    if p in (2, 16, 128, 1024)) + "; " if t_read else "")
+             + "network alpha = "
              f"{ALPHA_S * 1e6:.1f} us, beta = {BETA_BPS / 1e9:.0f} GB/s.", "",
              "Passes over the replicated arrays, microseconds per star of all N (one core); "
              "'every rank' repeats the whole pass, 'own segment' makes 1/P of it, followed by "
@@ -586,12 +606,13 @@ def main() -> None:
     bench = json.loads(src.read_text())
     rep = {n: replicated_costs(n) for n in (100_000, 1_000_000)}
     t_fixed, t_small = fixed_step_seconds()
-    models = model(bench, rep, t_fixed)
+    t_read = read_seconds(PS)
+    models = model(bench, rep, t_fixed, t_read=t_read)
     cal = calibrated(json.loads(SCALING_JSON.read_text())) if SCALING_JSON.exists() else None
     comp = (compute_measured(json.loads(COMPUTE_JSON.read_text()), models)
             if COMPUTE_JSON.exists() else None)
     section = write(models, rep, t_fixed, t_small, src.relative_to(ROOT).as_posix()
-                    if src.is_relative_to(ROOT) else str(src), cal, comp)
+                    if src.is_relative_to(ROOT) else str(src), cal, comp, t_read)
     print(section)
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text() if doc.exists() else ""
@@ -602,7 +623,8 @@ def main() -> None:
     (ROOT / "docs" / "performance_model.json").write_text(json.dumps(
         {"replicated_us_per_star": rep, "t_fixed_s": t_fixed,
          "step_s_small_n": {str(k): v for k, v in t_small.items()}, "alpha_s": ALPHA_S,
-         "beta_Bps": BETA_BPS, "models": {str(k): v for k, v in models.items()},
+         "beta_Bps": BETA_BPS, "t_read_s": {str(k): v for k, v in t_read.items()},
+         "models": {str(k): v for k, v in models.items()},
          "calibrated_16_cores": {str(k): v for k, v in (cal or {}).items()},
          "compute_to_16_ranks": {str(k): v for k, v in (comp or {}).items()}},
         indent=1) + "\n")

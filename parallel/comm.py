@@ -14,6 +14,8 @@ Only the command line interface should call :func:`get_world_comm`.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -392,10 +394,17 @@ def exscan_sum(comm: Any, value: int) -> int:
     return 0 if comm.Get_rank() == 0 else int(recv[0])
 
 
+@functools.lru_cache(maxsize=256)
+def _layout_signature(layout: str) -> int:
+    """A 62-bit checksum of a row layout's description (the same in every process)."""
+    return int.from_bytes(hashlib.blake2b(layout.encode(), digest_size=8).digest(), "little") >> 2
+
+
 def allgatherv_array(comm: Any, local: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """Concatenate every rank's array along axis 0, in rank order, on every rank.
 
-    Sizes are exchanged with one ``allgather``; the data then travel with one
+    Sizes (and a checksum of the row layout) are exchanged with one ``Allgather`` of
+    numbers; the data then travel with one
     ``Allgatherv`` of raw bytes, so any fixed-size dtype works (float64,
     int64, structured records, ...).
 
@@ -432,16 +441,17 @@ def allgatherv_array(comm: Any, local: np.ndarray, rows: np.ndarray | None = Non
         return local.copy()
     from mpi4py import MPI
 
-    if rows is None:
-        meta = comm.allgather((local.shape[0], local.shape[1:], local.dtype.str,
-                               local.dtype.descr))
-        # Every rank sees the same metadata, so they all raise together (no deadlock).
-        if any(m[1:] != meta[0][1:] for m in meta):
-            raise ValueError(
-                "allgatherv_array: trailing shape/dtype differ between ranks: "
-                + ", ".join(f"{m[1]} {m[2]}" for m in meta)
-            )
-        rows = np.array([m[0] for m in meta], dtype=np.int64)
+    if rows is None:  # every rank's rows and a checksum of its row layout, as numbers: no
+        # pickled objects to unpack, one per rank (26 us each at P = 1024 would be 27 ms)
+        here = f"{local.shape[1:]} {local.dtype.str} {local.dtype.descr}"
+        meta = np.array([local.shape[0], _layout_signature(here)], dtype=np.int64)
+        every = np.empty((comm.Get_size(), 2), dtype=np.int64)
+        comm.Allgather(meta, every)
+        # Every rank sees the same checksums, so they all raise together (no deadlock).
+        if np.any(every[:, 1] != every[0, 1]):
+            raise ValueError("allgatherv_array: trailing shape/dtype differ between ranks "
+                             f"(here {local.shape[1:]} {local.dtype.str})")
+        rows = every[:, 0].copy()
     else:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.shape != (comm.Get_size(),) or rows[comm.Get_rank()] != local.shape[0]:

@@ -38,6 +38,7 @@ in a collective.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -398,8 +399,10 @@ def unpack_records(rec: np.ndarray, names: list[str] | tuple[str, ...] | None = 
     return out
 
 
+@functools.lru_cache(maxsize=64)
 def _dtype_signature(dtype: np.dtype) -> int:
-    """16-bit checksum of a record dtype, identical across processes."""
+    """16-bit checksum of a record dtype, identical across processes (kept per dtype: the
+    step sorts the same fields every time, and the description costs 0.13 ms)."""
     return zlib.crc32(repr(dtype.descr).encode()) & 0xFFFF
 
 
@@ -1125,9 +1128,9 @@ def _sample_sort_records(
         order = _selected_order(kv, tv, rows)
         keys = gather_rows(kv, order)
         tbs = None if tv is None else gather_rows(tv, order)
-        dtype_descr = _record_dtype(fields).descr
+        rec_dtype = _record_dtype(fields)
     else:
-        order = keys = tbs = dtype_descr = None
+        order = keys = tbs = rec_dtype = None
     n_local = 0 if order is None else order.size
     # columns of one value here (a rank without stars does not constrain them): those of
     # one value on every rank stay out of the records (rank 0 decides with the splitters,
@@ -1137,7 +1140,8 @@ def _sample_sort_records(
 
     if splitters is None:
         msg, split, n_total, same = _sampled_splitters(comm, keys, tbs, n_local, sample_size,
-                                                       dtype_descr, err, same)
+                                                       None if rec_dtype is None
+                                                       else rec_dtype.descr, err, same)
         if msg:
             raise ValueError(err or f"sample_sort: invalid input on another rank: {msg}")
         split_k, split_t = split
@@ -1147,7 +1151,7 @@ def _sample_sort_records(
                 _lex_searchsorted(keys, tbs, splitters.ravel(), None).reshape(splitters.shape))
         # one reduction: N, errors, the dtype check and the guesses' global counts
         n_total, counts = _checked_total(comm, "sample_sort", n_local, err,
-                                         None if err else np.dtype(dtype_descr), cuts.ravel())
+                                         rec_dtype, cuts.ravel())
         counts = counts.reshape(splitters.shape)
         if report is not None:
             report["counts"] = counts
@@ -1164,10 +1168,11 @@ def _sample_sort_records(
             bounds = _exact_cuts(comm, keys, tbs, bounds[:, None],
                                  rank_bounds(n_total, size, chunk)[1:-1], n_total)[0]
     else:  # the columns of one value agreed on with the exact cuts' offers
-        bounds, everyone = _exact_cuts(comm, keys, tbs, cuts,
-                                       rank_bounds(n_total, size, chunk)[1:-1], n_total,
-                                       counts=counts, extra=(same,))
-        same = _common_values([x[0] for x in everyone])
+        names = list(fields)
+        bounds, same = _exact_cuts(comm, keys, tbs, cuts,
+                                   rank_bounds(n_total, size, chunk)[1:-1], n_total,
+                                   counts=counts, uniform=(names, [fields[x].dtype.itemsize
+                                                                   for x in names], same))
     edges = np.concatenate(([0], bounds, [n_local])).astype(np.int64)
     lo, hi = int(edges[me]), int(edges[me + 1])
     send_counts = np.diff(edges)
@@ -1238,7 +1243,8 @@ def _sampled_splitters(comm: Any, keys: np.ndarray | None, tbs: np.ndarray | Non
 
 def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.ndarray,
                 targets: np.ndarray, n_total: int, counts: np.ndarray | None = None,
-                extra: Any = None) -> tuple[np.ndarray, list | None]:
+                uniform: tuple[list[str], list[int], dict[str, bytes] | None] | None = None,
+                ) -> tuple[np.ndarray, dict[str, bytes] | None]:
     """Move the local cuts at the splitters so that the global cuts fall at ``targets``.
 
     Parameters
@@ -1257,17 +1263,19 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     counts : numpy.ndarray of int, optional
         The splitters' global counts (``cuts`` summed over ranks), where the caller reduced
         them already (with other numbers, in one message).
-    extra : optional
-        Anything picklable to hand to every rank with the offers; the offers' gather then
-        happens even without a deficit.
+    uniform : tuple, optional
+        ``(names, itemsizes, same)``: the fields, their item sizes [bytes, at most 8] and
+        this rank's columns of one value (:func:`_uniform_fields`; None: no stars here),
+        agreed on with the offers (the gather then happens even without a deficit).
 
     Returns
     -------
     cuts : numpy.ndarray of int
         Local cuts such that, summed over ranks, cut ``j`` is ``targets[j]``: the pairs before
         it are the globally smallest ``targets[j]``.
-    everyone : list or None
-        Every rank's ``extra``, in rank order (None when ``extra`` is None).
+    common : dict or None
+        With ``uniform``, the columns of one value on every rank that holds stars
+        (:func:`_common_values`); else None.
 
     Notes
     -----
@@ -1282,6 +1290,10 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     inside it, a few per cut in all, where one splitter per cut has every rank offer about
     ``d``, the deviation of the guess (a hundred or more at N = 1e5): a gather that grows
     as P^2.  One message besides the reduction instead of a second exchange of every record.
+
+    The offers travel as numbers (:func:`_offer_words`): pickled, each rank's offers cost 26
+    us to unpack on every rank (27 ms per step at P = 1024).  Keys or tiebreaks that are not
+    numbers of at most 8 bytes go pickled.
     """
     n = keys.shape[0]
     cuts = np.asarray(cuts, dtype=np.int64).reshape(targets.size, -1)
@@ -1302,10 +1314,10 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     up, down = targets - total[rows, below], total[rows, above] - targets
     deficit = np.where(up <= down, up, -down)
     base = np.where(up <= down, lo_cut, hi_cut)
-    if not deficit.any() and extra is None:  # every rank holds the same totals: all skip
+    if not deficit.any() and uniform is None:  # every rank holds the same totals: all skip
         return base, None
     # this rank's offers for every cut short of its target, as flat arrays (the cut's index
-    # in `moving` with each): one small object per rank
+    # in `moving` with each)
     moving = np.flatnonzero(deficit)
     d = deficit[moving]
     lo = np.where(d > 0, base[moving], np.maximum(lo_cut[moving], base[moving] + d))
@@ -1315,30 +1327,112 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     # the rows lo..hi-1 of each cut, one after the other
     take = np.arange(which.size, dtype=np.int64) + np.repeat(lo - (np.cumsum(sizes) - sizes),
                                                              sizes)
-    offers = (keys[take], None if tbs is None else tbs[take], which)
-    gathered = comm.allgather((offers, extra))
-    mine = _own_moves([g[0] for g in gathered], d, comm.Get_rank())
+    if _packable(keys) and (tbs is None or _packable(tbs)):
+        k, t, cut, owner, common = _offer_words(comm, keys[take], None if tbs is None
+                                                else tbs[take], which, uniform)
+    else:
+        offers = (keys[take], None if tbs is None else tbs[take], which)
+        gathered = comm.allgather((offers, None if uniform is None else uniform[2]))
+        k = np.concatenate([g[0][0] for g in gathered])
+        t = None if tbs is None else np.concatenate([g[0][1] for g in gathered])
+        cut = np.concatenate([g[0][2] for g in gathered]).astype(np.int64)
+        owner = np.repeat(np.arange(len(gathered)), [len(g[0][2]) for g in gathered])
+        common = None if uniform is None else _common_values([g[1] for g in gathered])
+    mine = _own_moves(k, t, cut, owner, d, comm.Get_rank())
     base[moving] += np.where(d > 0, mine, -mine)
-    return base, None if extra is None else [g[1] for g in gathered]
+    return base, common
 
 
-def _own_moves(everyone: list[tuple], deficit: np.ndarray, rank: int) -> np.ndarray:
+def _packable(a: np.ndarray) -> bool:
+    """Whether ``a``'s items travel as one 64-bit word each (numbers of at most 8 bytes)."""
+    return a.ndim == 1 and a.dtype.kind in "iufb" and a.dtype.itemsize <= 8
+
+
+def _to_words(a: np.ndarray) -> np.ndarray:
+    """Each item's bytes in one int64 (zero-extended): :func:`_from_words` gives them back."""
+    if a.dtype.itemsize == 8:
+        return np.ascontiguousarray(a).view(np.int64)
+    w = np.zeros(a.shape[0], dtype=np.int64)
+    w.view(np.uint8).reshape(-1, 8)[:, :a.dtype.itemsize] = \
+        np.ascontiguousarray(a).view(np.uint8).reshape(-1, a.dtype.itemsize)
+    return w
+
+
+def _from_words(w: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The items of ``dtype`` held in the words ``w`` (:func:`_to_words`)."""
+    w = np.ascontiguousarray(w)
+    if dtype.itemsize == 8:
+        return w.view(dtype)
+    return np.ascontiguousarray(w.view(np.uint8).reshape(-1, 8)[:, :dtype.itemsize]).view(
+        dtype).reshape(-1)
+
+
+def _offer_words(comm: Any, k: np.ndarray, t: np.ndarray | None, which: np.ndarray,
+                 uniform: tuple[list[str], list[int], dict[str, bytes] | None] | None,
+                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray,
+                            dict[str, bytes] | None]:
+    """Every rank's offers of :func:`_exact_cuts` as int64 words, in two collectives whose
+    sizes grow as P and as the offers (no per-rank objects to unpack): an Allgather of each
+    rank's offer count and, per field of ``uniform``, a flag (0 several values, 1 one value,
+    2 no stars) and the value's bytes; then an Allgatherv of the offers, a (cut, key,
+    tiebreak) row each.  Returns the offers of all ranks in rank order, each rank's as
+    offered (keys, tiebreaks, cut, owner), and the common one-value columns."""
+    from mpi4py import MPI
+
+    p = comm.Get_size()
+    nf = 0 if uniform is None else len(uniform[0])
+    head = np.zeros(1 + 2 * nf, dtype=np.int64)
+    head[0] = which.size
+    if uniform is not None:  # (Python ints: a numpy call per field costs more here; a
+        # value's bytes as an int64, signed for 8 bytes, zero-extended for fewer)
+        names, itemsizes, same = uniform
+        head[1:] = [x for name in names for x in (
+            (2, 0) if same is None else (1, int.from_bytes(same[name], "little",
+                                                           signed=len(same[name]) == 8))
+            if name in same else (0, 0))]
+    heads = np.empty((p, head.size), dtype=np.int64)
+    comm.Allgather(head, heads)
+    w = 2 if t is None else 3
+    rows = np.empty((which.size, w), dtype=np.int64)
+    rows[:, 0] = which
+    rows[:, 1] = _to_words(k)
+    if t is not None:
+        rows[:, 2] = _to_words(t)
+    n = heads[:, 0]
+    every = np.empty((int(n.sum()), w), dtype=np.int64)
+    counts = n * w
+    comm.Allgatherv(rows, [every, (counts, np.cumsum(counts) - counts), MPI.INT64_T])
+    ko = _from_words(every[:, 1], k.dtype)
+    to = None if t is None else _from_words(every[:, 2], t.dtype)
+    owner = np.repeat(np.arange(p), n)
+    common = None
+    if uniform is not None:
+        names, itemsizes, _ = uniform
+        f = heads[:, 1:].reshape(p, nf, 2)
+        there = f[:, :, 0] != 2
+        value = f[np.argmax(there, axis=0), np.arange(nf), 1]
+        one = there.any(axis=0) & np.all((f[:, :, 0] == 1) | ~there, axis=0) \
+            & np.all((f[:, :, 1] == value) | ~there, axis=0)
+        common = {names[j]: int(value[j]).to_bytes(itemsizes[j], "little",
+                                                   signed=itemsizes[j] == 8)
+                  for j in np.flatnonzero(one)}
+    return ko, to, every[:, 0], owner, common
+
+
+def _own_moves(k: np.ndarray, t: np.ndarray | None, cut: np.ndarray, owner: np.ndarray,
+               deficit: np.ndarray, rank: int) -> np.ndarray:
     """How many of ``rank``'s offers cross each cut (:func:`_exact_cuts`).
 
-    ``everyone[q] = (keys, tiebreaks or None, cut)``: rank ``q``'s offers, each with the index
-    of its cut in ``deficit`` (the cuts short of their targets by ``deficit[i] != 0``),
-    ascending by cut, then by (key, tiebreak).  Per cut, the offers of all ranks in the
-    stable (key, tiebreak) order, ties in rank order; the smallest ``deficit[i]`` cross it
-    upwards (``deficit[i] > 0``), or the largest ``-deficit[i]`` downwards: one stable sort of
-    all offers by (cut, key, tiebreak) instead of one per cut.
+    The offers of all ranks, in rank order, each rank's ascending by cut, then by (key,
+    tiebreak): keys ``k``, tiebreaks ``t`` (or None), the index ``cut`` of each one's cut in
+    ``deficit`` (the cuts short of their targets by ``deficit[i] != 0``) and its ``owner``.
+    Per cut, the offers of all ranks in the stable (key, tiebreak) order, ties in rank order;
+    the smallest ``deficit[i]`` cross it upwards (``deficit[i] > 0``), or the largest
+    ``-deficit[i]`` downwards: one stable sort of all offers by (cut, key, tiebreak) instead
+    of one per cut.
     """
-    k = np.concatenate([o[0] for o in everyone])
-    cut = np.concatenate([o[2] for o in everyone]).astype(np.int64)
-    owner = np.repeat(np.arange(len(everyone)), [len(o[2]) for o in everyone])
-    if everyone and everyone[0][1] is not None:
-        order = np.lexsort((np.concatenate([o[1] for o in everyone]), k, cut))
-    else:
-        order = np.lexsort((k, cut))
+    cut = cut.astype(np.int64)
+    order = np.lexsort((k, cut)) if t is None else np.lexsort((t, k, cut))
     cut, owner = cut[order], owner[order]
     first = np.searchsorted(cut, np.arange(deficit.size))  # each cut's offers' first slot
     size = np.diff(np.append(first, cut.size))

@@ -92,6 +92,10 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
         k = PS.index(p)
         saved = (0.004 * (1 - 1 / min(p, perf_model.NODE_RANKS)) + 0.001 * (1 - 1 / p)) * 0.1
         assert t1 / m["today"][k] - t1 / m["nodes"][k] == pytest.approx(saved, rel=1e-9)
+    # the gathers' reading, per rank and step, adds to every P > 1
+    read = perf_model.model(bench, rep, 0.0, t_read={p: 1e-3 for p in PS[1:]})[100_000]
+    for k in range(1, len(PS)):
+        assert t1 / read["today"][k] - t1 / m["today"][k] == pytest.approx(1e-3, rel=1e-9)
     # the same figures with that merge repeated by every rank: a lower speedup from 4 ranks
     # on, until the lookups of own stars replace it
     monkeypatch.setattr(perf_model, "SEGMENTED", frozenset())
@@ -99,6 +103,16 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
     assert repeated["today"][1] == pytest.approx(m["today"][1], rel=1e-12)
     k = PS.index(perf_model.OLD_POTENTIAL_LOOKUP_MIN_RANKS)
     assert all(a < b for a, b in zip(repeated["today"][2:k], m["today"][2:k]))
+
+
+def test_gather_cost_reads_the_same_offers_both_ways():
+    """bench/gather_cost.py times two ways of reading P ranks' exact-cut offers: they give the
+    same moves and the same columns of one value (it raises otherwise), at P = 2 and 64."""
+    import gather_cost
+
+    for p in (2, 64):
+        got = gather_cost.measure(p)
+        assert got["P"] == p and got["words_us"] > 0 and got["pickled_us"] > 0
 
 
 def test_targets_say_why_and_what_it_would_take(monkeypatch):

@@ -728,8 +728,8 @@ def test_default_sample_size_follows_local_stars():
 
 
 class _ThreadComm:
-    """One rank of P threads that meet in ``allgather`` (enough for :func:`_exact_cuts` with
-    the counts given)."""
+    """One rank of P threads that meet in ``allgather``, ``Allgather`` and ``Allgatherv``
+    (enough for :func:`_exact_cuts` with the counts given)."""
 
     def __init__(self, rank: int, slots: list, barrier) -> None:
         self.rank, self.slots, self.barrier = rank, slots, barrier
@@ -746,6 +746,14 @@ class _ThreadComm:
         out = list(self.slots)
         self.barrier.wait()
         return out
+
+    def Allgather(self, sendbuf, recvbuf):  # noqa: N802 (mpi4py's name)
+        recvbuf[...] = np.stack(self.allgather(np.array(sendbuf, copy=True)))
+
+    def Allgatherv(self, sendbuf, recvbuf):  # noqa: N802 (rank order, no gaps)
+        buf = recvbuf[0]
+        buf[...] = np.concatenate(self.allgather(np.array(sendbuf, copy=True))).reshape(
+            buf.shape)
 
 
 def _exact_cuts_per_cut(keys, tbs, cuts, deficit):
@@ -777,12 +785,14 @@ def _exact_cuts_per_cut(keys, tbs, cuts, deficit):
 @pytest.mark.parametrize("ndistinct", [None, 4])
 @pytest.mark.parametrize("tiebreak", [True, False])
 @pytest.mark.parametrize("per_cut", [1, 5])
-def test_exact_cuts_equal_per_cut_twin(size, ndistinct, tiebreak, per_cut):
+@pytest.mark.parametrize("key_dtype", [np.float64, np.float32, np.longdouble])
+def test_exact_cuts_equal_per_cut_twin(size, ndistinct, tiebreak, per_cut, key_dtype):
     """The exact cuts (all cuts' offers in one stable sort; with several guesses per cut,
     only the pairs between the two that bracket it offered) are the per-cut loop's with one
     guess, ties included (then in rank order), and with unique (key, tiebreak) pairs they cut
     the global order at the targets; poor guesses (deficits both ways, empty ranks, targets
-    outside the guesses) included."""
+    outside the guesses) included.  Keys of 8 and 4 bytes travel as words, wider ones
+    (long double, 16 bytes here) pickled."""
     import threading
 
     from parallel.sample_sort import _exact_cuts
@@ -794,6 +804,7 @@ def test_exact_cuts_equal_per_cut_twin(size, ndistinct, tiebreak, per_cut):
     ids = rng.permutation(int(ns.sum()))
     for q, n in enumerate(ns):
         k = rng.random(n) if ndistinct is None else rng.integers(0, ndistinct, n) * 0.25
+        k = k.astype(key_dtype)
         t = ids[ns[:q].sum():ns[:q].sum() + n]
         o = np.lexsort((t, k))
         keys.append(k[o])
