@@ -1291,9 +1291,9 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     ``d``, the deviation of the guess (a hundred or more at N = 1e5): a gather that grows
     as P^2.  One message besides the reduction instead of a second exchange of every record.
 
-    The offers travel as numbers (:func:`_offer_words`): pickled, each rank's offers cost 26
-    us to unpack on every rank (27 ms per step at P = 1024).  Keys or tiebreaks that are not
-    numbers of at most 8 bytes go pickled.
+    The offers travel as numbers (:func:`_offer_words`): pickled, each rank's offers cost
+    about 10 us to unpack on every rank, 10 ms per step at P = 1024 (bench/gather_cost.py).
+    Keys or tiebreaks that are not numbers of at most 8 bytes go pickled.
     """
     n = keys.shape[0]
     cuts = np.asarray(cuts, dtype=np.int64).reshape(targets.size, -1)
