@@ -48,8 +48,9 @@ class _TiledComm:
         recvbuf[...] = sendbuf[None, ...]
 
     def Allgatherv(self, sendbuf, recvbuf) -> None:  # noqa: N802
+        send = sendbuf[0] if isinstance(sendbuf, (list, tuple)) else sendbuf
         buf = recvbuf[0]
-        buf[...] = np.tile(sendbuf, (self.p, 1)).reshape(buf.shape)
+        buf[...] = np.tile(send, (self.p, 1)).reshape(buf.shape)
 
 
 def _best(fn) -> float:

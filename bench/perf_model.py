@@ -20,7 +20,9 @@ Model, per step, P ranks of one thread each::
   the step times of N = 1000 and 4000 extrapolated to N = 0.
 * ``T_read(P)``: what every rank does with what the step's gathers of per-rank data bring it
   (the sort's exact-cut offers, the sizes of the Allgathervs), O(P) per rank: measured here
-  at each P by :mod:`bench.gather_cost` (one process, no network).
+  at each P by :mod:`bench.gather_cost` (one process, no network).  The 2-rank bench holds
+  T_read(2), which the divided work carries as 2 T_read(2) / P, so the model adds
+  T_read(P) - 2 T_read(2) / P.
 * ``T_comm``: from the measured traffic of the 2-rank bench (bytes and calls per method),
   scaled to P with a latency-bandwidth network (:data:`ALPHA_S`, :data:`BETA_BPS`): small
   collectives ``ceil(log2 P) alpha``; the Allgatherv of the replicated arrays ``ceil(log2 P)
@@ -293,7 +295,10 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
                 for design in ("today", "nodes", "segments"):
                     res[design].append(1.0)
                 continue
-            c = comm_seconds(n, p, traffic) + t_read.get(p, 0.0)
+            # the reading at P = 2 is in the 2-rank bench, hence in the divided work (as
+            # 2 T_read(2) / P): only what it grows by on top of that
+            read = t_read[p] - 2.0 * t_read[2] / p if p in t_read and 2 in t_read else 0.0
+            c = comm_seconds(n, p, traffic) + read
             work = sum(par.values()) * 1e-6 * n / p * (1.0 + imbalance)
             rep_today = sum(r_part.values())
             if p >= OLD_POTENTIAL_LOOKUP_MIN_RANKS:  # lookups of own stars replace the merge
@@ -317,7 +322,7 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
             lat, bw = comm_parts(n, p, traffic)
             res.setdefault("terms_s", {})[p] = {
                 "divided work": work, "repeated passes": rep_today * 1e-6 * n,
-                "T_fixed": t_fixed, "reading the gathers": t_read.get(p, 0.0), "latency": lat,
+                "T_fixed": t_fixed, "reading the gathers": read, "latency": lat,
                 "bandwidth": bw}
         out[n] = res
     return out
@@ -455,7 +460,9 @@ def write(models: dict, rep: dict, t_fixed: float, t_small: dict[int, float],
              + ("T_read(P), every rank's reading of the step's gathers of per-rank data "
                 "(bench/gather_cost.py, this machine, no network): " + ", ".join(
                     f"P = {p}: {v * 1e3:.2f} ms" for p, v in (t_read or {}).items()
-                    if p in (2, 16, 128, 1024)) + "; " if t_read else "")
+                    if p in (2, 16, 128, 1024))
+                + " (the model adds T_read(P) - 2 T_read(2) / P: the 2-rank bench holds "
+                "T_read(2)); " if t_read else "")
              + "network alpha = "
              f"{ALPHA_S * 1e6:.1f} us, beta = {BETA_BPS / 1e9:.0f} GB/s.", "",
              "Passes over the replicated arrays, microseconds per star of all N (one core); "

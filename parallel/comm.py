@@ -418,7 +418,7 @@ def allgatherv_array(comm: Any, local: np.ndarray, rows: np.ndarray | None = Non
         be zero.
     rows : array_like of int, shape (P,), optional
         Every rank's number of rows, where every rank knows them (the same on all ranks):
-        the sizes' ``allgather`` is then skipped (one message instead of two).  The caller
+        the sizes' ``Allgather`` is then skipped (one message instead of two).  The caller
         guarantees them: only this rank's own count can be checked without a message, and a
         mismatch there raises ValueError on this rank alone (a caller's bug, not a run's
         condition: the other ranks are not told).
@@ -449,8 +449,10 @@ def allgatherv_array(comm: Any, local: np.ndarray, rows: np.ndarray | None = Non
         comm.Allgather(meta, every)
         # Every rank sees the same checksums, so they all raise together (no deadlock).
         if np.any(every[:, 1] != every[0, 1]):
-            raise ValueError("allgatherv_array: trailing shape/dtype differ between ranks "
-                             f"(here {local.shape[1:]} {local.dtype.str})")
+            odd = np.flatnonzero(every[:, 1] != every[0, 1]).tolist()
+            raise ValueError("allgatherv_array: trailing shape/dtype differ between ranks: "
+                             f"ranks {odd} differ from rank 0 (here, rank "
+                             f"{comm.Get_rank()}: {local.shape[1:]} {local.dtype.descr})")
         rows = every[:, 0].copy()
     else:
         rows = np.asarray(rows, dtype=np.int64)

@@ -1289,7 +1289,8 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     are the same whatever the splitters.  A fine bracket keeps the offers near the pairs
     inside it, a few per cut in all, where one splitter per cut has every rank offer about
     ``d``, the deviation of the guess (a hundred or more at N = 1e5): a gather that grows
-    as P^2.  One message besides the reduction instead of a second exchange of every record.
+    as P^2.  One gather (two collectives, :func:`_offer_words`) besides the reduction instead
+    of a second exchange of every record.
 
     The offers travel as numbers (:func:`_offer_words`): pickled, each rank's offers cost
     about 10 us to unpack on every rank, 10 ms per step at P = 1024 (bench/gather_cost.py).
@@ -1401,7 +1402,8 @@ def _offer_words(comm: Any, k: np.ndarray, t: np.ndarray | None, which: np.ndarr
     n = heads[:, 0]
     every = np.empty((int(n.sum()), w), dtype=np.int64)
     counts = n * w
-    comm.Allgatherv(rows, [every, (counts, np.cumsum(counts) - counts), MPI.INT64_T])
+    comm.Allgatherv([rows, MPI.INT64_T],
+                    [every, (counts, np.cumsum(counts) - counts), MPI.INT64_T])
     ko = _from_words(every[:, 1], k.dtype)
     to = None if t is None else _from_words(every[:, 2], t.dtype)
     owner = np.repeat(np.arange(p), n)

@@ -92,10 +92,13 @@ def test_performance_model_reproduces_two_ranks(monkeypatch):
         k = PS.index(p)
         saved = (0.004 * (1 - 1 / min(p, perf_model.NODE_RANKS)) + 0.001 * (1 - 1 / p)) * 0.1
         assert t1 / m["today"][k] - t1 / m["nodes"][k] == pytest.approx(saved, rel=1e-9)
-    # the gathers' reading, per rank and step, adds to every P > 1
-    read = perf_model.model(bench, rep, 0.0, t_read={p: 1e-3 for p in PS[1:]})[100_000]
-    for k in range(1, len(PS)):
-        assert t1 / read["today"][k] - t1 / m["today"][k] == pytest.approx(1e-3, rel=1e-9)
+    # the gathers' reading, per rank and step, adds what it grows by beyond the 2-rank
+    # bench's (which the divided work holds): nothing at P = 2
+    t_read = {p: 1e-4 * p for p in PS[1:]}
+    read = perf_model.model(bench, rep, 0.0, t_read=t_read)[100_000]
+    for k, p in enumerate(PS[1:], start=1):
+        assert t1 / read["today"][k] - t1 / m["today"][k] == pytest.approx(
+            1e-4 * p - 2 * 2e-4 / p, rel=1e-9, abs=1e-15)
     # the same figures with that merge repeated by every rank: a lower speedup from 4 ranks
     # on, until the lookups of own stars replace it
     monkeypatch.setattr(perf_model, "SEGMENTED", frozenset())

@@ -751,8 +751,9 @@ class _ThreadComm:
         recvbuf[...] = np.stack(self.allgather(np.array(sendbuf, copy=True)))
 
     def Allgatherv(self, sendbuf, recvbuf):  # noqa: N802 (rank order, no gaps)
+        send = sendbuf[0] if isinstance(sendbuf, (list, tuple)) else sendbuf
         buf = recvbuf[0]
-        buf[...] = np.concatenate(self.allgather(np.array(sendbuf, copy=True))).reshape(
+        buf[...] = np.concatenate(self.allgather(np.array(send, copy=True))).reshape(
             buf.shape)
 
 
