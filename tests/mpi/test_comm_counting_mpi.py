@@ -106,3 +106,51 @@ def test_bench_books_the_orbit_kernels_imbalance_as_wait(on_subcomms):
                 assert wait > 0.8 * delay and orbits < 0.5 * delay
             elif size > 1:
                 assert orbits > delay
+
+
+#: mpi4py's collectives of Python objects (pickled): each rank unpacks one object per rank.
+PICKLED = ("allgather", "gather", "bcast", "allreduce", "reduce", "scatter", "alltoall",
+           "exscan", "scan")
+
+
+def test_step_gathers_no_pickled_objects(on_subcomms):
+    """A step without binaries makes no collective of pickled objects: with one object per
+    rank to unpack on every rank (about 10 us each, bench/gather_cost.py), such a gather
+    would cost 10 ms per step at P = 1024.  The sort's exact cuts, the removal of unbound
+    stars and the time step's gathers exchange numbers only."""
+    from cmc.config import load_config
+    from cmc.simulation import Simulation
+
+    class Spy:
+        def __init__(self, comm):
+            self._comm, self.calls = comm, []
+
+        def __getattr__(self, name):
+            attr = getattr(self._comm, name)
+            if name not in PICKLED:
+                return attr
+
+            def call(*args, **kwargs):
+                self.calls.append(name)
+                return attr(*args, **kwargs)
+            return call
+
+    def fn(comm):
+        # a tidal field: stars stripped and unbound objects removed in most steps
+        sim = Simulation.create(load_config(None, [
+            "initial.n=2000", "initial.seed=3", "tidal.mode=fixed", "tidal.r_t0_from=value",
+            "tidal.r_t0=3.0"]), comm)
+        sim.step()
+        spy = Spy(sim.comm)
+        sim.comm = spy
+        if hasattr(sim.orbits, "comm"):  # (the MPI orbit kernel's lookup table and blocks)
+            sim.orbits.comm = spy
+        n0 = sim.n_total
+        for _ in range(4):
+            sim.step()
+        return spy.calls, n0 - sim.n_total
+
+    for p, outcomes in on_subcomms(fn).items():
+        assert all(o[0] == "ok" for o in outcomes), outcomes
+        assert all(o[1][0] == [] for o in outcomes), (p, outcomes)
+        assert outcomes[0][1][1] > 0  # stars left: the removals' gathers were made
