@@ -3,10 +3,11 @@
 ``python bench/gather_cost.py [P ...]`` (one process) emulates the gather of the step's exact
 cuts (:func:`parallel.sample_sort._exact_cuts`) on P ranks, each offering ``OFFERS`` pairs and
 its columns of one value (the star table's 11 fields), and times what every rank does with
-what it receives, without the network: the offers as numbers (today's
-:func:`parallel.sample_sort._offer_words`, two buffer collectives, the received rows parsed
-by numpy) against pickled objects, one per rank (mpi4py's lowercase ``allgather``, used until
-2026-11-27: each rank's tuple of arrays and dict unpacked on every rank), both followed by
+what it receives, without the network: the offers as numbers (today's two buffer
+collectives, :func:`parallel.sample_sort._offer_heads` and ``_offer_words``, the received
+rows parsed by numpy) against pickled objects, one per rank (mpi4py's lowercase
+``allgather``, used until 2026-11-27: each rank's tuple of arrays and dict unpacked on every
+rank), both followed by
 the same :func:`parallel.sample_sort._own_moves`.  Prints a table and one JSON line,
 microseconds per call (the best of ``REPEATS``).  The network's share (latency and bytes)
 is the performance model's (:mod:`bench.perf_model`).
@@ -78,17 +79,15 @@ def measure(p: int) -> dict:
     comm = _TiledComm(p)
 
     def words() -> tuple:
-        ko, to, cut, owner, common = ss._offer_words(comm, k, t, which, (names, sizes, same))
+        n_offers, common = ss._offer_heads(comm, which.size, (names, sizes, same))
+        ko, to, cut, owner = ss._offer_words(comm, k, t, which, n_offers)
         return ss._own_moves(ko, to, cut, owner, deficit, 0), common
 
     blob = pickle.dumps(((k, t, which), same))
 
     def pickled() -> tuple:
         got = [pickle.loads(blob) for _ in range(p)]
-        ko = np.concatenate([g[0][0] for g in got])
-        to = np.concatenate([g[0][1] for g in got])
-        cut = np.concatenate([g[0][2] for g in got]).astype(np.int64)
-        owner = np.repeat(np.arange(p), [len(g[0][2]) for g in got])
+        ko, to, cut, owner = ss._flat_offers([g[0] for g in got])
         common = ss._common_values([g[1] for g in got])
         return ss._own_moves(ko, to, cut, owner, deficit, 0), common
 

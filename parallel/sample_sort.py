@@ -1289,12 +1289,13 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     are the same whatever the splitters.  A fine bracket keeps the offers near the pairs
     inside it, a few per cut in all, where one splitter per cut has every rank offer about
     ``d``, the deviation of the guess (a hundred or more at N = 1e5): a gather that grows
-    as P^2.  One gather (two collectives, :func:`_offer_words`) besides the reduction instead
-    of a second exchange of every record.
+    as P^2.  One gather (two collectives) besides the reduction instead of a second exchange
+    of every record.
 
-    The offers travel as numbers (:func:`_offer_words`): pickled, each rank's offers cost
-    about 10 us to unpack on every rank, 10 ms per step at P = 1024 (bench/gather_cost.py).
-    Keys or tiebreaks that are not numbers of at most 8 bytes go pickled.
+    The offers travel as numbers (:func:`_offer_heads`, :func:`_offer_words`): pickled, each
+    rank's offers cost about 10 us to unpack on every rank, 10 ms per step at P = 1024
+    (bench/gather_cost.py).  Keys or tiebreaks that are not numbers of at most 8 bytes go
+    pickled, the counts and one-value columns still as numbers.
     """
     n = keys.shape[0]
     cuts = np.asarray(cuts, dtype=np.int64).reshape(targets.size, -1)
@@ -1328,62 +1329,39 @@ def _exact_cuts(comm: Any, keys: np.ndarray, tbs: np.ndarray | None, cuts: np.nd
     # the rows lo..hi-1 of each cut, one after the other
     take = np.arange(which.size, dtype=np.int64) + np.repeat(lo - (np.cumsum(sizes) - sizes),
                                                              sizes)
-    if _packable(keys) and (tbs is None or _packable(tbs)):
-        k, t, cut, owner, common = _offer_words(comm, keys[take], None if tbs is None
-                                                else tbs[take], which, uniform)
+    k, t = keys[take], None if tbs is None else tbs[take]
+    n_offers, common = _offer_heads(comm, which.size, uniform)
+    if _words_of(keys) is not None and (tbs is None or _words_of(tbs) is not None):
+        k, t, cut, owner = _offer_words(comm, k, t, which, n_offers)
     else:
-        offers = (keys[take], None if tbs is None else tbs[take], which)
-        gathered = comm.allgather((offers, None if uniform is None else uniform[2]))
-        k = np.concatenate([g[0][0] for g in gathered])
-        t = None if tbs is None else np.concatenate([g[0][1] for g in gathered])
-        cut = np.concatenate([g[0][2] for g in gathered]).astype(np.int64)
-        owner = np.repeat(np.arange(len(gathered)), [len(g[0][2]) for g in gathered])
-        common = None if uniform is None else _common_values([g[1] for g in gathered])
+        k, t, cut, owner = _flat_offers(comm.allgather((k, t, which)))
     mine = _own_moves(k, t, cut, owner, d, comm.Get_rank())
     base[moving] += np.where(d > 0, mine, -mine)
     return base, common
 
 
-def _packable(a: np.ndarray) -> bool:
-    """Whether ``a``'s items travel as one 64-bit word each (numbers of at most 8 bytes)."""
-    return a.ndim == 1 and a.dtype.kind in "iufb" and a.dtype.itemsize <= 8
-
-
 def _to_words(a: np.ndarray) -> np.ndarray:
-    """Each item's bytes in one int64 (zero-extended): :func:`_from_words` gives them back."""
-    if a.dtype.itemsize == 8:
-        return np.ascontiguousarray(a).view(np.int64)
-    w = np.zeros(a.shape[0], dtype=np.int64)
-    w.view(np.uint8).reshape(-1, 8)[:, :a.dtype.itemsize] = \
-        np.ascontiguousarray(a).view(np.uint8).reshape(-1, a.dtype.itemsize)
-    return w
+    """Each item's bits in one int64 (zero-extended): :func:`_from_words` gives them back."""
+    w = _words_of(a)
+    return w.view(np.int64) if w.dtype.itemsize == 8 else w.astype(np.int64)
 
 
 def _from_words(w: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """The items of ``dtype`` held in the words ``w`` (:func:`_to_words`)."""
-    w = np.ascontiguousarray(w)
-    if dtype.itemsize == 8:
-        return w.view(dtype)
-    return np.ascontiguousarray(w.view(np.uint8).reshape(-1, 8)[:, :dtype.itemsize]).view(
-        dtype).reshape(-1)
+    return np.ascontiguousarray(w).astype(f"u{dtype.itemsize}").view(dtype)
 
 
-def _offer_words(comm: Any, k: np.ndarray, t: np.ndarray | None, which: np.ndarray,
+def _offer_heads(comm: Any, n_offers: int,
                  uniform: tuple[list[str], list[int], dict[str, bytes] | None] | None,
-                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray,
-                            dict[str, bytes] | None]:
-    """Every rank's offers of :func:`_exact_cuts` as int64 words, in two collectives whose
-    sizes grow as P and as the offers (no per-rank objects to unpack): an Allgather of each
-    rank's offer count and, per field of ``uniform``, a flag (0 several values, 1 one value,
-    2 no stars) and the value's bytes; then an Allgatherv of the offers, a (cut, key,
-    tiebreak) row each.  Returns the offers of all ranks in rank order, each rank's as
-    offered (keys, tiebreaks, cut, owner), and the common one-value columns."""
-    from mpi4py import MPI
-
+                 ) -> tuple[np.ndarray, dict[str, bytes] | None]:
+    """Every rank's offer count and, with ``uniform``, the columns of one value on every rank
+    that holds stars (:func:`_common_values`), in one Allgather of int64 words: per rank the
+    count, then per field a flag (0 several values, 1 one value, 2 no stars) and the value's
+    bits.  Numbers, not one pickled object per rank to unpack on every rank."""
     p = comm.Get_size()
     nf = 0 if uniform is None else len(uniform[0])
     head = np.zeros(1 + 2 * nf, dtype=np.int64)
-    head[0] = which.size
+    head[0] = n_offers
     if uniform is not None:  # (Python ints: a numpy call per field costs more here; a
         # value's bytes as an int64, signed for 8 bytes, zero-extended for fewer)
         names, itemsizes, same = uniform
@@ -1393,20 +1371,6 @@ def _offer_words(comm: Any, k: np.ndarray, t: np.ndarray | None, which: np.ndarr
             if name in same else (0, 0))]
     heads = np.empty((p, head.size), dtype=np.int64)
     comm.Allgather(head, heads)
-    w = 2 if t is None else 3
-    rows = np.empty((which.size, w), dtype=np.int64)
-    rows[:, 0] = which
-    rows[:, 1] = _to_words(k)
-    if t is not None:
-        rows[:, 2] = _to_words(t)
-    n = heads[:, 0]
-    every = np.empty((int(n.sum()), w), dtype=np.int64)
-    counts = n * w
-    comm.Allgatherv([rows, MPI.INT64_T],
-                    [every, (counts, np.cumsum(counts) - counts), MPI.INT64_T])
-    ko = _from_words(every[:, 1], k.dtype)
-    to = None if t is None else _from_words(every[:, 2], t.dtype)
-    owner = np.repeat(np.arange(p), n)
     common = None
     if uniform is not None:
         names, itemsizes, _ = uniform
@@ -1418,7 +1382,41 @@ def _offer_words(comm: Any, k: np.ndarray, t: np.ndarray | None, which: np.ndarr
         common = {names[j]: int(value[j]).to_bytes(itemsizes[j], "little",
                                                    signed=itemsizes[j] == 8)
                   for j in np.flatnonzero(one)}
-    return ko, to, every[:, 0], owner, common
+    return heads[:, 0], common
+
+
+def _offer_words(comm: Any, k: np.ndarray, t: np.ndarray | None, which: np.ndarray,
+                 n_offers: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray,
+                                                np.ndarray]:
+    """Every rank's offers of :func:`_exact_cuts` (``n_offers`` per rank) in one Allgatherv
+    of int64 rows, (cut, key bits, tiebreak bits) each; returns them in rank order, each
+    rank's as offered (keys, tiebreaks, cut, owner)."""
+    from mpi4py import MPI
+
+    w = 2 if t is None else 3
+    rows = np.empty((which.size, w), dtype=np.int64)
+    rows[:, 0] = which
+    rows[:, 1] = _to_words(k)
+    if t is not None:
+        rows[:, 2] = _to_words(t)
+    every = np.empty((int(n_offers.sum()), w), dtype=np.int64)
+    counts = n_offers * w
+    comm.Allgatherv([rows, MPI.INT64_T],
+                    [every, (counts, np.cumsum(counts) - counts), MPI.INT64_T])
+    return (_from_words(every[:, 1], k.dtype),
+            None if t is None else _from_words(every[:, 2], t.dtype), every[:, 0],
+            np.repeat(np.arange(comm.Get_size()), n_offers))
+
+
+def _flat_offers(everyone: list[tuple]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray,
+                                                   np.ndarray]:
+    """Every rank's offers ``(keys, tiebreaks or None, cut)``, one tuple per rank, as the
+    flat arrays of :func:`_own_moves` (keys, tiebreaks, cut, owner)."""
+    k = np.concatenate([o[0] for o in everyone])
+    t = None if everyone[0][1] is None else np.concatenate([o[1] for o in everyone])
+    cut = np.concatenate([o[2] for o in everyone]).astype(np.int64)
+    owner = np.repeat(np.arange(len(everyone)), [len(o[2]) for o in everyone])
+    return k, t, cut, owner
 
 
 def _own_moves(k: np.ndarray, t: np.ndarray | None, cut: np.ndarray, owner: np.ndarray,
