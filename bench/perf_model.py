@@ -591,11 +591,17 @@ def bench_section(bench: dict, source: str) -> str:
     lines += ["", "Messages and kB: sent per rank per step (counted; 3 of the messages are the "
               "bench's own barriers).  Memory: the peak resident memory of the run less that of "
               "the process with every kernel loaded, summed over ranks (the node-shared window "
-              "of run.shared_memory once per node), per star.", "",
+              "of run.shared_memory once per node), per star.  Row \"2 at once\": two copies "
+              "of the one-core run started together (no communication), the slower copy's "
+              "figures; its efficiency is that copy's speed against the one-core run alone, "
+              "what this machine gives a step that waits for both cores.", "",
               "Targets (issue 16):", ""]
     for t in bench.get("targets", []):
+        rounds = t.get("rounds", [])
         lines.append(f"* {'met' if t['met'] else '**not met**'}: {t['target']}; measured "
                      f"{t['measured']:.3g}"
+                     + (" (round by round: " + ", ".join(f"{e:.1%}" for e in rounds) + ")"
+                        if len(rounds) > 1 else "")
                      + (f".  Why: {t['why']}.  What it would take: {t['would_take']}"
                         if "why" in t else ""))
     lines += ["", "<!-- bench:end -->"]

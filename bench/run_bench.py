@@ -5,8 +5,11 @@ Configurations: N = 1e5 and 1e6; one process with 1 thread and with all cores; M
 a run stopped at N_core <= 100, made once and kept in runs/, whose wall time is the time to
 collapse).  Set BENCH_ARGS="--quick" for N = 1e5 only (and the collapse configuration only if
 its checkpoint is there).  Each configuration runs :data:`ROUNDS` times in turn and each row is
-its fastest round.  Each row also has the parallel efficiency, the messages and bytes
-each rank sends per step (counted) and the memory per star; the issue-16 targets follow.
+its fastest round.  At N = 1e5 each round also runs two copies of the one-thread run at once
+(row "2 at once": the machine's own two-core efficiency, against which a parallel step's loss
+is the code's).  Each row also has the parallel efficiency, the messages and bytes
+each rank sends per step (counted) and the memory per star; the issue-16 targets follow, the
+efficiencies also round by round (each against its own round's one-thread run).
 On a machine with CuPy and a CUDA device a GPU section follows (:func:`gpu_section`): the
 orbit kernel and the whole step at N = 1e5, 1e6 and 1e7, one CPU core and all cores against
 the GPU back end, transfers apart; its JSON names the device.  Figures are microseconds per
@@ -122,6 +125,33 @@ def _commands(step: list[str], cores: int) -> list[tuple[list[str], int]]:
     return runs
 
 
+#: The machine's own two-core efficiency: two copies of the one-core run at once, no
+#: communication and nothing shared between them but the machine (its memory, its last-level
+#: cache, the hypervisor's other tenants).  The slower copy's step against the one-core run's
+#: is what two cores give a step that waits for both (two ranks meet at every collective, so
+#: they run at the slower core's pace; on the CI kind one vCPU ran the same run 33 % slower than
+#: the other in two rounds in a row); a parallel step's loss beyond it is the code's.
+#: Row config name:
+TOGETHER = "2 at once"
+
+
+def _run_together(cmd: list[str], copies: int = 2) -> dict:
+    """``copies`` one-thread runs of ``cmd`` started together; the slowest copy's row (as
+    :func:`_run`'s), with every copy's total (``copies_us_per_star_step``)."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=ROOT) for _ in range(copies)]
+    got = []
+    for p in procs:
+        out, err = p.communicate()
+        line = next((x for x in out.splitlines() if x.startswith("BENCH ")), None)
+        if line is None:
+            raise RuntimeError(f"{' '.join(cmd)} (x{copies} at once) failed:\n{err[-3000:]}")
+        got.append(json.loads(line[6:]))
+    return dict(max(got, key=lambda g: g["us_per_star_step"]),
+                copies_us_per_star_step=[g["us_per_star_step"] for g in got])
+
+
 def warm_caches(cores: int) -> None:
     """One small run of each kind (serial, threaded, 2 ranks) before the timed ones: the
     first process after a change of the kernels compiles them, and its peak memory is the
@@ -130,18 +160,24 @@ def warm_caches(cores: int) -> None:
         _run(cmd, threads)
 
 
-def _one_config(step: list[str], config: str, cores: int, rounds: int = ROUNDS) -> list[dict]:
+def _one_config(step: list[str], config: str, cores: int, rounds: int = ROUNDS,
+                together: bool = False) -> list[dict]:
     """One configuration on 1 thread, on all cores (threads) and on 2 ranks, ``rounds`` times
-    in turn; per row the fastest round, with every round's total (``rounds_us_per_star_step``)."""
+    in turn; per row the fastest round, with every round's total (``rounds_us_per_star_step``).
+    With ``together`` (and 2 cores or more) each round also runs two copies of the one-thread
+    run at once (:data:`TOGETHER`), right after the one-thread run."""
     runs = _commands(step, cores)
-    seen: list[list[dict]] = [[] for _ in runs]
+    together = together and cores > 1
+    seen: list[list[dict]] = [[] for _ in range(len(runs) + together)]
     for _ in range(rounds):
         for k, (cmd, threads) in enumerate(runs):
             seen[k].append(_run(cmd, threads))
+            if k == 0 and together:
+                seen[-1].append(_run_together(cmd))
     rows = []
-    for got in seen:
+    for k, got in enumerate(seen):
         best = min(got, key=lambda r: r["us_per_star_step"])
-        rows.append(dict(best, config=config,
+        rows.append(dict(best, config=TOGETHER if k == len(runs) else config,
                          rounds_us_per_star_step=[r["us_per_star_step"] for r in got]))
     return rows
 
@@ -160,14 +196,17 @@ def main() -> None:
     rows = []
     for n, steps in ([(100_000, 10)] if quick else [(100_000, 21), (1_000_000, 6)]):
         rows += _one_config([sys.executable, "bench/bench_step.py", str(n), str(steps)],
-                            "Plummer", cores, rounds=1 if quick else ROUNDS)
+                            "Plummer", cores, rounds=1 if quick else ROUNDS,
+                            together=n == 100_000)
     collapse = collapse_checkpoint(make=not quick)
     if collapse is not None:
         rows += _one_config([sys.executable, "bench/bench_step.py", "collapse",
                              collapse["checkpoint"], "20"], "collapse", cores,
                             rounds=1 if quick else ROUNDS)
-    for r in rows:  # parallel efficiency against one core, same configuration
-        base = next(b for b in rows if b["N"] == r["N"] and b["config"] == r["config"]
+    for r in rows:  # parallel efficiency against one core, same configuration (the copies
+        # run together: each one's speed against one alone)
+        config = "Plummer" if r["config"] == TOGETHER else r["config"]
+        base = next(b for b in rows if b["N"] == r["N"] and b["config"] == config
                     and b["ranks"] == 1 and b["threads"] == 1)
         r["efficiency"] = base["us_per_star_step"] / (r["us_per_star_step"] * r["ranks"]
                                                       * r["threads"])
@@ -184,7 +223,8 @@ def main() -> None:
         vals += [r["efficiency"], r["ms_per_step"], r["messages_per_step_per_rank"],
                  r["bytes_sent_per_step_per_rank"] / 1e3, r["bytes_per_star"]]
         print(" | ".join(_fmt(v) for v in vals))
-    print("Every round's total (the rows above are the fastest): " + "; ".join(
+    print("Every round's total (the rows above are the fastest; the runs of a round one "
+          "after another): " + "; ".join(
         f"{r['config']} N={r['N']:.3g} {r['ranks']}x{r['threads']}: "
         + ", ".join(f"{v:.3f}" for v in r["rounds_us_per_star_step"]) for r in rows))
     targets = check_targets(rows, collapse, cores)
@@ -218,12 +258,14 @@ def check_targets(rows: list[dict], collapse: dict | None, cores: int) -> list[d
         t["would_take"] = (f"{one['us_per_star_step'] - TARGET_US_1CORE:.3f} us per star-step "
                            "less")
     out.append(t)
+    together = pick(100_000, 1, 1, TOGETHER)
     for what, r in (("threads", pick(100_000, 1, 2)), ("ranks", pick(100_000, 2, 1))):
         if r is not None:
             t = {"target": f"N=1e5, 2 {what}: efficiency >= {TARGET_EFFICIENCY:.0%}",
-                 "measured": r["efficiency"], "met": r["efficiency"] >= TARGET_EFFICIENCY}
+                 "measured": r["efficiency"], "met": r["efficiency"] >= TARGET_EFFICIENCY,
+                 "rounds": paired_rounds(one, r, 2)}
             if not t["met"]:
-                t.update(scaling_loss(one, r, 2))
+                t.update(scaling_loss(one, r, 2, together))
             out.append(t)
     if collapse is not None:
         minutes = collapse["wall_s"] / 60
@@ -249,8 +291,10 @@ def check_targets(rows: list[dict], collapse: dict | None, cores: int) -> list[d
     print("\nTargets (issue 16; docs/performance.md explains the misses):")
     for t in out:
         made = f" (the run was made at {t['run_made_at']})" if "run_made_at" in t else ""
+        rounds = (" (round by round: " + ", ".join(f"{e:.1%}" for e in t["rounds"]) + ")"
+                  if len(t.get("rounds", [])) > 1 else "")
         print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: measured "
-              f"{t['measured']:.3g}{made}")
+              f"{t['measured']:.3g}{rounds}{made}")
         if "why" in t:
             print(f"           why: {t['why']}\n           it would take: {t['would_take']}")
     return out
@@ -269,23 +313,51 @@ def run_split(timing: dict | None) -> str:
             + ")")
 
 
-def scaling_loss(one: dict, many: dict, cores: int) -> dict:
-    """Why a parallel row falls short of the efficiency target, part by part: each part's time
-    (the slowest rank's) above its one-core time divided by ``cores``, largest first; and what
-    it would take (the total to cut, us per star-step)."""
+def paired_rounds(one: dict, many: dict, cores: int) -> list[float]:
+    """The efficiency of each round against the one-thread run of the same round (run just
+    before it, so that the machine's drift between rounds cancels), in round order."""
+    return [a / (cores * b) for a, b in zip(one.get("rounds_us_per_star_step", []),
+                                            many.get("rounds_us_per_star_step", []))]
+
+
+def _over(one: dict, many: dict, cores: int) -> tuple[dict, str]:
+    """Each part of ``many`` above ``one``'s divided by ``cores`` (us per star) and the four
+    largest as text."""
     loss = {k: many["parts_us_per_star"][k] - one["parts_us_per_star"].get(k, 0.0) / cores
             for k in many["parts_us_per_star"]}
     worst = sorted(((v, k) for k, v in loss.items() if v > 0.0005), reverse=True)
+    return loss, ", ".join(f"{k} +{v:.3f} ({many['parts_us_per_star'][k]:.3f} against "
+                           f"{one['parts_us_per_star'].get(k, 0.0) / cores:.3f})"
+                           for v, k in worst[:4])
+
+
+def scaling_loss(one: dict, many: dict, cores: int, together: dict | None = None) -> dict:
+    """Why a parallel row falls short of the efficiency target, part by part: each part's time
+    (the slowest rank's) above its one-core time divided by ``cores``, largest first; and what
+    it would take (the total to cut, us per star-step).
+
+    With ``together`` (the :data:`TOGETHER` row: the slower of two one-core runs at once) the
+    loss splits in two: the machine's (that copy's step against one alone: what the cores give
+    a step that waits for both) and the code's (the parts above that copy's parts divided by
+    ``cores``)."""
+    loss, parts = _over(one, many, cores)
     need = one["us_per_star_step"] / (cores * TARGET_EFFICIENCY)
-    parts = ", ".join(f"{k} +{v:.3f} ({many['parts_us_per_star'][k]:.3f} against "
-                      f"{one['parts_us_per_star'].get(k, 0.0) / cores:.3f})" for v, k in worst[:4])
-    return {"loss_us_per_star": dict(loss),
-            "why": (f"{many['us_per_star_step']:.3f} us per star-step against "
-                    f"{one['us_per_star_step'] / cores:.3f} for perfect scaling; over it: "
-                    f"{parts}"),
-            "would_take": (f"{many['us_per_star_step'] - need:.3f} us per star-step less "
-                           f"(<= {need:.3f}), e.g. the parts above within "
-                           f"{1 / TARGET_EFFICIENCY - 1:.0%} of perfect scaling")}
+    got = {"loss_us_per_star": dict(loss),
+           "why": (f"{many['us_per_star_step']:.3f} us per star-step against "
+                   f"{one['us_per_star_step'] / cores:.3f} for perfect scaling; over it: "
+                   f"{parts}"),
+           "would_take": (f"{many['us_per_star_step'] - need:.3f} us per star-step less "
+                          f"(<= {need:.3f}), e.g. the parts above within "
+                          f"{1 / TARGET_EFFICIENCY - 1:.0%} of perfect scaling")}
+    if together is not None:
+        machine = one["us_per_star_step"] / together["us_per_star_step"]
+        code_loss, code_parts = _over(together, many, cores)
+        got["machine_efficiency"] = machine
+        got["code_loss_us_per_star"] = dict(code_loss)
+        got["why"] += (f".  Of two one-core runs at once the slower took "
+                       f"{together['us_per_star_step']:.3f} ({machine:.0%} of one alone: the "
+                       f"machine's own loss); the code's, over half of its parts: {code_parts}")
+    return got
 
 
 def gpu_section(quick: bool, cores: int) -> dict:

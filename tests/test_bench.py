@@ -132,6 +132,18 @@ def test_targets_say_why_and_what_it_would_take(monkeypatch):
     assert got["why"].index("sort +0.070") < got["why"].index("orbits +0.010")
     need = 0.5 / (2 * run_bench.TARGET_EFFICIENCY)
     assert f"{0.33 - need:.3f} us per star-step less" in got["would_take"]
+    # two one-core runs at once, the slower 10 % slower than one alone: the machine's loss;
+    # the code's is each part above half of its
+    both = {"us_per_star_step": 0.55, "parts_us_per_star": {"orbits": 0.44, "sort": 0.11}}
+    split = run_bench.scaling_loss(one, two, 2, both)
+    assert split["machine_efficiency"] == pytest.approx(0.5 / 0.55)
+    assert split["code_loss_us_per_star"] == pytest.approx({"orbits": -0.01, "sort": 0.065})
+    assert "(91% of one alone" in split["why"] and "sort +0.065" in split["why"]
+    assert "orbits -" not in split["why"] and split["would_take"] == got["would_take"]
+    # round by round against the same round's one-core run
+    one_r = dict(one, rounds_us_per_star_step=[0.5, 0.6])
+    two_r = dict(two, rounds_us_per_star_step=[0.3, 0.3])
+    assert run_bench.paired_rounds(one_r, two_r, 2) == pytest.approx([0.5 / 0.6, 1.0])
 
     parts = {"potential": 0.02, "timestep": 0.002, "relaxation": 0.06, "encounters": 0.0,
              "orbits": 0.5, "sort": 0.14, "energy": 0.04, "diagnostics": 0.01, "wait": 0.0}
