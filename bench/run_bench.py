@@ -141,9 +141,9 @@ def _run_together(cmd: list[str], copies: int = 2) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS="1")
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env, cwd=ROOT) for _ in range(copies)]
+    done = [p.communicate() for p in procs]  # (every copy waited for before any error)
     got = []
-    for p in procs:
-        out, err = p.communicate()
+    for out, err in done:
         line = next((x for x in out.splitlines() if x.startswith("BENCH ")), None)
         if line is None:
             raise RuntimeError(f"{' '.join(cmd)} (x{copies} at once) failed:\n{err[-3000:]}")

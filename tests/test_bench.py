@@ -170,6 +170,28 @@ def test_targets_say_why_and_what_it_would_take(monkeypatch):
     assert perf_model.speedup_targets(models)[0].startswith("* met: N = 1e+05")
 
 
+def test_two_copies_at_once_report_the_slower(tmp_path):
+    """The bench's '2 at once' row runs the copies together and keeps the slower one's figures
+    (a step that waits for both cores runs at the slower one's pace), with both totals; a copy
+    that prints no BENCH line is an error."""
+    import sys
+
+    import run_bench
+
+    script = tmp_path / "copy.py"
+    # each copy's figure from its own process id: different copies, different figures
+    script.write_text("import json, os\n"
+                      "print('BENCH ' + json.dumps({'us_per_star_step': os.getpid() % 997 / 1e3,"
+                      " 'pid': os.getpid()}))\n")
+    got = run_bench._run_together([sys.executable, str(script)])
+    assert len(got["copies_us_per_star_step"]) == 2
+    assert got["us_per_star_step"] == max(got["copies_us_per_star_step"])
+    assert got["pid"] % 997 / 1e3 == got["us_per_star_step"]
+    script.write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match="at once"):
+        run_bench._run_together([sys.executable, str(script)])
+
+
 def test_shared_window_traffic_counts_as_network():
     """The 2-rank bench runs on one node, where r, m and the energy correction's column go
     through the node's shared window: the model (one core per rank and node) adds their bytes
