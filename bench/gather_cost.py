@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cmc.fields import STAR_FIELDS  # noqa: E402
 from parallel import sample_sort as ss  # noqa: E402
 
 #: Pairs each rank offers per step (the step's brackets hold a few stars per bound).
@@ -70,9 +71,8 @@ def measure(p: int) -> dict:
     k = np.sort(rng.random(OFFERS))
     t = rng.integers(0, 10**9, OFFERS)
     which = np.zeros(OFFERS, dtype=np.int32)
-    names = ["id", "m", "r", "vr", "vt", "binind", "startype", "rad", "m_msun", "old_index",
-             "dphi_old"]
-    sizes = [8, 8, 8, 8, 8, 8, 4, 8, 8, 8, 8]
+    names = [f.name for f in STAR_FIELDS]  # the star table's fields, as the step sorts them
+    sizes = [np.dtype(f.dtype).itemsize for f in STAR_FIELDS]
     same = {"m": np.float64(1e-5).tobytes(), "binind": np.int64(-1).tobytes(),
             "startype": np.int32(1).tobytes(), "rad": np.float64(0.0).tobytes()}
     deficit = np.array([3])

@@ -36,10 +36,15 @@ def _run(cmd: list[str], threads: int, timeout: float | None = None) -> dict:
     (RuntimeError if it printed none, subprocess.TimeoutExpired after ``timeout`` s)."""
     env = dict(os.environ, NUMBA_NUM_THREADS=str(max(threads, 1)))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    for line in p.stdout.splitlines():
+    return _bench_line(p.stdout, p.stderr, " ".join(cmd))
+
+
+def _bench_line(out: str, err: str, what: str) -> dict:
+    """A bench_step process's BENCH line as a dict (RuntimeError with its stderr if none)."""
+    for line in out.splitlines():
         if line.startswith("BENCH "):
             return json.loads(line[6:])
-    raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
+    raise RuntimeError(f"{what} failed:\n{err[-3000:]}")
 
 
 #: Issue 16's targets (machine: the 2-core CI kind): CMC-COSMIC measured 3.01 us per
@@ -142,12 +147,7 @@ def _run_together(cmd: list[str], copies: int = 2) -> dict:
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env, cwd=ROOT) for _ in range(copies)]
     done = [p.communicate() for p in procs]  # (every copy waited for before any error)
-    got = []
-    for out, err in done:
-        line = next((x for x in out.splitlines() if x.startswith("BENCH ")), None)
-        if line is None:
-            raise RuntimeError(f"{' '.join(cmd)} (x{copies} at once) failed:\n{err[-3000:]}")
-        got.append(json.loads(line[6:]))
+    got = [_bench_line(out, err, f"{' '.join(cmd)} (x{copies} at once)") for out, err in done]
     return dict(max(got, key=lambda g: g["us_per_star_step"]),
                 copies_us_per_star_step=[g["us_per_star_step"] for g in got])
 
