@@ -875,9 +875,9 @@ class Simulation:
         enc_phi = np.zeros(npairs)
         enc_w = np.zeros(npairs)
         relax_or_select_pairs(self.r_all, self.offset, stars.m, stars.vr, stars.vt, stars.bin_a,
-                              is_bin & ~wide, states, dt, n0, coulomb_ratio, dt_nb, phys.x_bs,
-                              phys.x_bb, phys.binary_single, phys.binary_binary, beta_stats,
-                              encounter, enc_phi, enc_w, p_stats)
+                              is_bin & ~wide, wide, states, dt, n0, coulomb_ratio, dt_nb,
+                              phys.x_bs, phys.x_bb, phys.binary_single, phys.binary_binary,
+                              beta_stats, encounter, enc_phi, enc_w, p_stats)
         busy = np.zeros(n, dtype=np.bool_)
         pairs = np.flatnonzero(encounter)
         busy[2 * pairs] = True

@@ -365,7 +365,7 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
 
 
 @njit(cache=True, parallel=True)
-def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, states, dt, n0,
+def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, states, dt, n0,
                           coulomb_ratio, dt_nb, x_bs, x_bb, bs_on, bb_on, beta_stats,
                           encounter, enc_phi, enc_w, p_stats):
     """:func:`relax_pairs` for a cluster with binaries: a pair holding a binary may instead
@@ -384,6 +384,11 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, states, dt
     bin_a : ndarray
         Semi-major axis of each local binary (any value for singles).
     is_binary : ndarray of bool
+        Binaries that may meet another object (the wide ones excluded).
+    wide : ndarray of bool
+        Binaries broken this step (:func:`physics.encounters.select_wide_binaries`): a pair
+        holding one relaxes and never has an encounter (CMC breaks them before its
+        encounters), also when its partner is a binary that may meet.
     dt_nb : float
         The step in N-body time units (``dt N0 / ln(gamma N0)``).
     x_bs, x_bb : float
@@ -422,7 +427,9 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, states, dt
                 dy = -vt[j] * np.sin(phi)
                 dz = vr[i] - vr[j]
                 w = np.sqrt(dx * dx + dy * dy + dz * dz)
-                if on and w > 0.0:
+                # a pair with a binary that is broken this step relaxes: the encounter would
+                # treat that binary as whole, and its break afterwards would split a product
+                if on and w > 0.0 and not (wide[i] or wide[j]):
                     if both:
                         rp = x_bb * (bin_a[i] + bin_a[j])
                     else:

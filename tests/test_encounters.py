@@ -73,8 +73,8 @@ def _select(t, states, dt_nb, x=2.0):
     w = np.zeros(n // 2 + 1)
     p_stats = np.zeros((nb, 3))
     relax_or_select_pairs(t["r"], 0, t["m"], t["vr"], t["vt"], t["bin_a"], t["binind"] >= 0,
-                          states, 1e-3, float(n), 1.0, dt_nb, x, x, True, True,
-                          np.zeros((nb, 2)), encounter, phi, w, p_stats)
+                          np.zeros(n, dtype=bool), states, 1e-3, float(n), 1.0, dt_nb, x, x,
+                          True, True, np.zeros((nb, 2)), encounter, phi, w, p_stats)
     return encounter, phi, w, p_stats
 
 
@@ -509,3 +509,49 @@ def test_events_of_one_step_close_the_budget_with_their_cross_energy():
     assert abs(cross) > 1e-12 * abs(e0)  # the term is not negligible here
     # one event alone has no cross term
     assert enc.cross_event_energy(changes[changes[:, 0] == 20.0], t["r"]) == 0.0
+
+
+def _make_binary(s, row: int, a: float, e: float = 0.0) -> None:
+    """Turn the object at ``row`` of a StarTable into an equal-mass binary (in place)."""
+    m = float(s.m[row])
+    s.binind[row] = 10**6 + row
+    s.bin_id1[row] = 10**9 + 2 * row
+    s.bin_id2[row] = 10**9 + 2 * row + 1
+    s.bin_m1[row] = s.bin_m2[row] = 0.5 * m
+    s.bin_m1_msun[row] = s.bin_m2_msun[row] = 0.5 * float(s.m_msun[row])
+    s.bin_a[row] = a
+    s.bin_e[row] = e
+
+
+def test_a_wide_binary_never_meets_a_hard_one():
+    """A pair of a binary broken this step (wide) and a hard binary relaxes: no encounter,
+    whatever P; the step then breaks the wide one and keeps the hard one (issue 45, item 3:
+    the pair was selected with the wide binary treated as whole and broken afterwards, which
+    raised or split a product binary)."""
+    from cmc.config import load_config
+    from cmc.simulation import Simulation
+    from parallel.comm import SerialComm
+
+    cfg = load_config(None, ["initial.n=2000", "initial.binary_fraction=0.1",
+                             "run.max_steps=1"])
+    sim = Simulation.create(cfg, SerialComm())
+    s = sim.stars
+    _make_binary(s, 0, 10.0)  # apocentre far beyond 0.1 n^(-1/3): broken this step
+    _make_binary(s, 1, 1e-3)  # hard, with P >> 1 at the step below
+    s.vt[:2] = 0.3
+    s.vr[0], s.vr[1] = 0.4, -0.4
+    dt = 10.0
+    states = np.ascontiguousarray(sim.streams.states[sim._stream_index()])
+    nb = states.shape[0]
+    p_stats = np.zeros((nb, 3))
+    sel = sim._relax_and_select(states, dt, 1.0, np.zeros((nb, 2)), p_stats)
+    encounter, _, _, _, _, wide = sel
+    assert wide[0] and not wide[1]
+    assert not encounter[0]
+    fields, *_, counts, _, _, _ = enc.apply_events(
+        s.as_dict(), 0, sim.r_all, sim.phi_all, states, *sel, sim.phys)
+    assert counts[C["n_wide_broken"]] >= 1
+    binary = fields["binind"] >= 0
+    assert 10**9 not in fields["bin_id1"][binary]  # the wide one is broken
+    hard = binary & (fields["bin_id1"] == 10**9 + 2)  # the hard one relaxed, whole
+    assert hard.sum() == 1 and fields["bin_a"][hard][0] == 1e-3
