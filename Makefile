@@ -11,15 +11,36 @@ MPIEXEC := $(BIN)/mpiexec
 MPI_TIMEOUT := --timeout=300 --timeout-method=thread
 TEST_ENV := NUMBA_THREADING_LAYER=$${NUMBA_THREADING_LAYER:-workqueue} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 
-.PHONY: install run test test-serial test-mpi bench scaling compute-scaling validate validate-fewbody lint clean
+# The extras `make install` puts in the venv, and the versions it takes for every package
+# (pip included): constraints.txt, written by `make lock`, so that a fresh clone and CI install
+# what the last lock was tested with rather than whatever PyPI offers that day.
+EXTRAS := mpi,mpich,dev,cosmic
+CONSTRAINTS := constraints.txt
 
-$(STAMP): setup.cfg pyproject.toml
+.PHONY: install lock run test test-serial test-mpi bench scaling compute-scaling validate validate-fewbody lint clean
+
+$(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[mpi,mpich,dev,cosmic]'
+	$(PY) -m pip install -q -c $(CONSTRAINTS) --upgrade pip
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve the pins: the newest versions setup.cfg allows, installed without constraints into
+# a throwaway venv (removed afterwards, also on failure) exactly as `install` does, then frozen
+# (pip and setuptools too, the project itself left out).  Then `make clean test` and commit.
+# LOCK_OUT=FILE writes elsewhere (to compare without touching the pins).
+LOCK_OUT ?= $(CONSTRAINTS)
+lock:
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install -q --upgrade pip; \
+	"$$tmp/venv/bin/python" -m pip install -q -e '.[$(EXTRAS)]'; \
+	{ echo "# Versions make install pins (pip install -c); make lock rewrites this file." \
+	       "$$($(PYTHON) --version), extras $(EXTRAS)."; \
+	  "$$tmp/venv/bin/python" -m pip freeze --all --exclude-editable; } > "$$tmp/lock.txt"; \
+	cp "$$tmp/lock.txt" $(LOCK_OUT)
 
 run: install
 	$(BIN)/cmc run examples/plummer_small.ini -o runs/plummer_small --resume

@@ -19,6 +19,7 @@ from cmc.cosmic import PARSEC_PER_RSUN, in_nbody_units, is_cosmic_file, read_cos
 from cmc.errors import InputError
 from cmc.initial import build_initial_stars, physical_scale
 from physics.encounters import NEW_BINARY_ID_BASE
+from physics.initial_conditions import shell_energies
 
 cosmic_table = pytest.importorskip("cosmic.sample.initialcmctable")
 InitialCMCTable = cosmic_table.InitialCMCTable
@@ -236,20 +237,73 @@ def test_malformed_files_are_one_line(cosmic_files, tmp_path, capsys):
     assert "Traceback" not in err
 
 
-def test_not_nbody_units_is_rescaled(cosmic_files, tmp_path, caplog):
-    """A COSMIC-layout file whose positions are not in N-body units (here: radii doubled) is
-    rescaled with a warning, as any other initial-conditions file."""
-    bad = _copy(cosmic_files["king_kroupa"], tmp_path)
-    with h5py.File(bad, "a") as fh:
+def _scale_radii(src, tmp_path, factor):
+    """A copy of a COSMIC file with every object's radius (column 4, ``r``; the first and last
+    rows are COSMIC's sentinels) multiplied by ``factor``, velocities and masses kept."""
+    path = _copy(src, tmp_path, f"r_times_{factor:g}.hdf5")
+    with h5py.File(path, "a") as fh:
         v = fh["CLUS_OBJ_DATA/block0_values"]
         vals = v[...]
-        vals[1:-1, 4] *= 2.0
+        vals[1:-1, 4] *= factor
         v[...] = vals
+    return path
+
+
+def test_not_nbody_units_is_rescaled(cosmic_files, tmp_path, caplog):
+    """A COSMIC-layout file whose positions are not in N-body units is rescaled with a warning,
+    as any other initial-conditions file: homologously to M = 1 and E = -1/4, its virial ratio
+    kept (physics/initial_conditions.scale_to_henon_units).
+
+    Radii x 5/4 of a virialised file (K = 1/4, W = -1/2) give W = -2/5, so Q = 2K/|W| = 5/4 and
+    E = -3/20: bound and clearly not virial.  (Not x 2: that gives Q = 2, E = 0, the unbound
+    limit the rescaling refuses, where the last bit decides between the two outcomes.)
+    """
+    src = cosmic_files["binaries"]
+    bad = _scale_radii(src, tmp_path, 1.25)
+    before, _ = read_cosmic(bad)
+    k0, w0 = shell_energies(before["r"], before["vr"], before["vt"], before["m"])
+    q = 2.0 * k0 / abs(w0)
+    assert abs(q - 1.25) < 1e-9 and k0 + w0 < -0.1  # the case this test is about
     cfg = load_config(None, ["initial.model=file", f"initial.file={bad}"])
     with caplog.at_level("WARNING"):
         stars, _ = build_initial_stars(cfg)
     assert "not in Hénon units" in caplog.text
-    assert abs(np.sum(stars["m"]) - 1.0) < 1e-12
+    assert np.all(np.diff(stars["r"]) >= 0)
+    k, w = shell_energies(stars["r"], stars["vr"], stars["vt"], stars["m"])
+    np.testing.assert_allclose(np.sum(stars["m"]), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(k + w, -0.25, rtol=1e-12)
+    # Q kept, not forced to 1: E = -1/4 and Q = 5/4 give W = -1/(2(2 - Q)) = -2/3, K = 5/12
+    np.testing.assert_allclose(2.0 * k / abs(w), q, rtol=1e-12)
+    np.testing.assert_allclose([k, w], [5.0 / 12.0, -2.0 / 3.0], rtol=1e-8)
+    # homologous: the same stars, every radius by one factor, W_in / W_out (W ~ 1/length at
+    # fixed mass), every velocity by sqrt(K_out / K_in), masses as they were (M was 1)
+    order = np.argsort(before["id"])
+    after = np.argsort(stars["id"])
+    np.testing.assert_array_equal(stars["id"][after], before["id"][order])
+    length, speed = w0 / w, np.sqrt(k / k0)
+    np.testing.assert_allclose(length, 0.6, rtol=1e-8)
+    np.testing.assert_allclose(stars["r"][after], length * before["r"][order], rtol=1e-12)
+    for v in ("vr", "vt"):
+        np.testing.assert_allclose(stars[v][after], speed * before[v][order], rtol=1e-12,
+                                   atol=1e-15)
+    np.testing.assert_allclose(stars["m"][after], before["m"][order], rtol=1e-14)
+    np.testing.assert_array_equal(stars["m_msun"][after], before["m_msun"][order])
+    # binaries' orbits are lengths too: their semi-major axes scale with the radii
+    b = before["binind"][order] >= 0
+    assert b.sum() > 20
+    np.testing.assert_allclose(stars["bin_a"][after][b], length * before["bin_a"][order][b],
+                               rtol=1e-12)
+
+
+def test_unbound_file_is_refused(cosmic_files, tmp_path):
+    """Radii x 4 of a virialised file: Q = 2K/|W| = 4, E > 0, no scaling to E = -1/4 exists;
+    refused in one line (exit 2 through the CLI)."""
+    bad = _scale_radii(cosmic_files["binaries"], tmp_path, 4.0)
+    cfg = load_config(None, ["initial.model=file", f"initial.file={bad}"])
+    with pytest.raises(InputError, match="cannot be rescaled: input is unbound") as exc:
+        build_initial_stars(cfg)
+    assert "\n" not in str(exc.value)
+    assert main(["run", str(bad), "-o", str(tmp_path / "o"), "--set", "run.max_steps=1"]) == 2
 
 
 def test_fits_files_are_refused_with_the_way_out(tmp_path, capsys):
