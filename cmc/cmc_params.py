@@ -51,8 +51,6 @@ _FIXED = {
                       "time step 40-star windows"),
     "MIN_CHUNK_SIZE": (40, "blocks of 20 stars are fixed (the random streams depend on them)"),
     "NUM_CENTRAL_STARS": (300, "the central averages use 300 stars"),
-    "BH_AVEKERNEL": (3, "three-body binary formation uses 10 neighbours each side for the "
-                        "local density (as CMC-COSMIC's 3bb code does), not BH_AVEKERNEL"),
     "TIDAL_TREATMENT": (0, "stars are stripped by their apocentre against R_t (CMC's radial "
                            "criterion, TIDAL_TREATMENT = 0); the Giersz energy criterion (1) "
                            "is not implemented"),
@@ -224,6 +222,8 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
         bh = _flag(only_bh) if only_bh is not None else True
         put("THREEBODYBINARIES" if three is not None else "ONLY_FORM_BH_THREEBODYBINARIES",
             binaries__three_body="off" if not on else ("bh" if bh else "all"))
+    if (v := pop("BH_AVEKERNEL")) is not None:
+        put("BH_AVEKERNEL", binaries__three_body_neighbours=str(int(float(v))))
     hardness = pop("MIN_BINARY_HARDNESS")
     if hardness is not None:
         put("MIN_BINARY_HARDNESS", binaries__eta_min=str(_number(hardness)))

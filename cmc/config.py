@@ -170,6 +170,10 @@ class BinariesConfig:
                          choices=("off", "bh", "all"))
     eta_min: float = _p(5.0, "", "smallest hardness of a three-body binary", lo=1.0)
     eta_max: float = _p(50.0, "", "largest hardness of a three-body binary", lo=1.0)
+    three_body_neighbours: int = _p(10, "stars", "radial neighbours on each side for the "
+                                    "local density of a three-body triplet (CMC's "
+                                    "BH_AVEKERNEL; its velocity dispersion is its 20-star "
+                                    "block's)", lo=1, hi=1000)
     wide_factor: float = _p(0.1, "n^-1/3", "break binaries whose apocentre exceeds this times "
                             "the local interparticle distance (CMC: 0.1); 0: never", lo=0.0)
     wide_hardness_min: float = _p(0.0, "", "also break binaries whose hardness m1 m2 / (a <m> "

@@ -280,6 +280,7 @@ class Simulation:
         self.phys = enc.BinaryPhysics(
             binary_single=b.binary_single, binary_binary=b.binary_binary, x_bs=b.x_bs,
             x_bb=b.x_bb, three_body=b.three_body, eta_min=b.eta_min, eta_max=b.eta_max,
+            three_body_neighbours=b.three_body_neighbours,
             wide_factor=b.wide_factor, wide_hardness_min=b.wide_hardness_min,
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,
@@ -890,8 +891,9 @@ class Simulation:
                 eligible &= stars.startype == enc.BLACK_HOLE
             if eligible.any():
                 enc.select_three_body(self.r_all, self.offset, stars.m, stars.vr, stars.vt,
-                                      eligible, states, n0, dt_nb, phys.eta_min, formed,
-                                      block_stats, np.zeros((nb, 2)))
+                                      eligible, states, n0, dt_nb, phys.eta_min,
+                                      phys.three_body_neighbours, formed, block_stats,
+                                      np.zeros((nb, 2)))
         return encounter, enc_phi, enc_w, formed, block_stats, wide
 
     def _integrate_encounters(self, states: list, settings: EncounterSettings) -> list:

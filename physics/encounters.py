@@ -6,7 +6,8 @@ One step of a cluster with binaries (the paper's section 2, steps 2 and 3; CMC-C
 1. :func:`physics.relaxation.relax_or_select_pairs` relaxes the radial-neighbour pairs; a pair
    holding a binary has a strong encounter instead with probability ``P = n W S dt``.
 2. :func:`select_three_body` picks the triplets of single stars (rows 3t, 3t+1, 3t+2 of a
-   20-star block) that form a binary, with the rate of Morscher et al. (2013, 2015).
+   20-star block) that form a binary, with the rate of Morscher et al. (2013, 2015) for the
+   triplet's two heaviest stars, as CMC-COSMIC's ``dynamics_apply``.
 3. :func:`select_wide_binaries` picks binaries whose apocentre exceeds
    ``wide_factor n^(-1/3)`` of the local density.
 4. :func:`apply_events` runs the encounters through the few-body integrator
@@ -66,9 +67,10 @@ NEW_BINARY_ID_BASE = 1 << 50
 DRAWS_THREE_BODY = 7
 #: BSE stellar type of a black hole (for ``three_body = bh``).
 BLACK_HOLE = 14
-#: Neighbours on each side for the local density of a triplet (CMC-COSMIC's 3bb uses 10, not
-#: the relaxation's 20: in a core of a few stars the wider window dilutes n, and the rate
-#: goes as n^2).
+#: Default neighbours on each side for the local density of a triplet
+#: (``binaries.three_body_neighbours``; CMC-COSMIC's BH_AVEKERNEL, 10 by default, not the
+#: relaxation's 20: in a core of a few stars the wider window dilutes n, and the rate goes as
+#: n^2).
 THREE_BODY_NEIGHBOURS = 10
 
 #: Counters of :func:`apply_events`, in the order of the array it returns.
@@ -96,6 +98,8 @@ class BinaryPhysics:
         "off", "bh" (black holes only, CMC's default) or "all".
     eta_min, eta_max : float
         Hardness range of new three-body binaries (Morscher et al. 2015; CMC's 5 and 50).
+    three_body_neighbours : int
+        Radial neighbours on each side for a triplet's local density (CMC's BH_AVEKERNEL).
     wide_factor : float
         Break binaries whose apocentre exceeds ``wide_factor n^(-1/3)`` (CMC: 0.1); 0: off.
     wide_hardness_min : float
@@ -115,6 +119,7 @@ class BinaryPhysics:
     three_body: str = "bh"
     eta_min: float = 5.0
     eta_max: float = 50.0
+    three_body_neighbours: int = THREE_BODY_NEIGHBOURS
     wide_factor: float = 0.1
     wide_hardness_min: float = 0.0
     radius_unit: float = 0.0
@@ -133,17 +138,33 @@ def _block_mv2(m, vr, vt, i0, i1):
     return mv2, msum
 
 
+@njit(cache=True, inline="always")
+def _heaviest_first(m, i):
+    """Rows ``i .. i + 2`` ordered by mass, heaviest first (ties in row order)."""
+    a, b, c = i, i + 1, i + 2
+    if m[b] > m[a]:
+        a, b = b, a
+    if m[c] > m[b]:
+        b, c = c, b
+        if m[b] > m[a]:
+            a, b = b, a
+    return a, b, c
+
+
 @njit(cache=True, parallel=True)
 def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta_min,
-                      formed, block_stats, tb_stats):
+                      neighbours, formed, block_stats, tb_stats):
     """Triplets of single stars that form a binary this step.
 
     Triplet ``t`` of block ``b`` is rows ``20 b + 3 t .. 20 b + 3 t + 2``.  A triplet whose
     three rows are ``eligible`` (single, not in an encounter this step, of the allowed type)
-    draws one uniform ``u`` and forms a binary when ``u < Gamma dt_nb``
-    (:func:`physics.binaries.three_body_rate` with the local density at its middle star and
-    the block's mean relative speed, CMC-COSMIC's ``4 sigma / sqrt(3 pi)`` with ``sigma`` the
-    mass-weighted 3-D dispersion).
+    draws one uniform ``u`` and forms a binary when ``u < f Gamma dt_nb``
+    (:func:`physics.binaries.three_body_rate` for its two heaviest stars and the third, with
+    the local density at its heaviest star from ``neighbours`` radial neighbours on each side
+    and the block's mean relative speed, CMC-COSMIC's ``4 sigma / sqrt(3 pi)`` with ``sigma``
+    the mass-weighted 3-D dispersion).  CMC-COSMIC tries every star in one triplet (N/3 of
+    them); a block of ``k`` stars offers ``k // 3`` (6 of 20 stars), so ``f = k / (3 (k //
+    3))`` (10/9 for a whole block) keeps the expected formations per star CMC's.
 
     Parameters
     ----------
@@ -152,6 +173,8 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
         Block sub-streams (advanced in place).
     n0, dt_nb, eta_min : float
         Unit of the local density, the step in N-body time units, smallest hardness.
+    neighbours : int
+        Radial neighbours on each side for the local density (CMC's BH_AVEKERNEL).
     formed : ndarray of bool, shape (nblocks * TRIPLETS_PER_BLOCK,)
         Out.
     block_stats : ndarray, shape (nblocks, 3)
@@ -172,6 +195,8 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
         block_stats[b, 0] = vrel
         block_stats[b, 1] = sigma2
         block_stats[b, 2] = msum / max(cnt, 1)
+        tried = min(TRIPLETS_PER_BLOCK, cnt // 3)
+        per_star = cnt / (3.0 * tried) if tried > 0 else 0.0
         n_el = 0.0
         p_sum = 0.0
         for t in range(TRIPLETS_PER_BLOCK):
@@ -182,8 +207,9 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
                 continue
             if vrel <= 0.0:
                 continue
-            dens = local_number_density(r_all, offset + i + 1, n0, THREE_BODY_NEIGHBOURS) * n0
-            p = three_body_rate(dens, vrel, m[i], m[i + 1], m[i + 2], eta_min) * dt_nb
+            h1, h2, h3 = _heaviest_first(m, i)
+            dens = local_number_density(r_all, offset + h1, n0, neighbours) * n0
+            p = three_body_rate(dens, vrel, m[h1], m[h2], m[h3], eta_min) * dt_nb * per_star
             n_el += 1.0
             p_sum += p
             if taus_uniform(states, b) < p:

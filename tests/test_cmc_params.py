@@ -58,6 +58,9 @@ def test_mapped_values(tmp_path):
     # CMC-COSMIC's time-step windows: 2 AVEKERNEL = 40 stars (simul_relax_new)
     assert cfg.run.dt_window == 40
     assert ("AVEKERNEL", "run.dt_window = 40") in conv.mapped
+    # BH_AVEKERNEL = 3 in the file: honoured (it said 10 neighbours were used whatever it was)
+    assert ("BH_AVEKERNEL", "binaries.three_body_neighbours = 3") in conv.mapped
+    assert cfg.binaries.three_body_neighbours == 3
     assert cfg.run.t_max_code == 100.0 and cfg.run.t_max_myr == 13800.0
     assert cfg.run.t_max == T_MAX_OUT_OF_THE_WAY
     assert cfg.run.max_steps == 10_000_000 and cfg.run.max_wall_hours == 168.0

@@ -381,10 +381,28 @@ def test_select_wide_binaries_rule():
     assert 30 not in np.flatnonzero(out)
 
 
-def test_three_body_selection_frequency():
-    """Triplet selection happens with probability Gamma dt (binomial, 5 sigma)."""
+def _three_body_p_sum(t: dict, bstats: np.ndarray, dt_nb: float, neighbours: int = 10
+                      ) -> float:
+    """Sum over the triplets of a table of whole blocks of CMC-COSMIC's P_3bb: the rate of its
+    two heaviest stars, the density at the heaviest, times 20/18 (CMC tries every star in one
+    triplet, a 20-star block 18 of them), each P capped at 1."""
     from physics.binaries import three_body_rate
 
+    n = t["m"].size
+    p_sum = 0.0
+    for b in range(n // 20):
+        for tt in range(enc.TRIPLETS_PER_BLOCK):
+            rows = 20 * b + 3 * tt + np.arange(3)
+            order = rows[np.argsort(-t["m"][rows], kind="stable")]
+            d = local_number_density(t["r"], int(order[0]), float(n), neighbours) * n
+            m1, m2, m3 = t["m"][order]
+            p_sum += min(1.0, three_body_rate(d, bstats[b, 0], m1, m2, m3, 5.0) * dt_nb
+                         * 20 / 18)
+    return p_sum
+
+
+def test_three_body_selection_frequency():
+    """Triplet selection happens with probability Gamma dt (binomial, 5 sigma)."""
     rng = np.random.default_rng(9)
     n = 6000
     t = _table(n, rng)
@@ -395,26 +413,43 @@ def test_three_body_selection_frequency():
     formed = np.zeros(nb * enc.TRIPLETS_PER_BLOCK, dtype=bool)
     # dt chosen for a mean P of ~0.05
     enc.select_three_body(t["r"], 0, t["m"], t["vr"], t["vt"], eligible, _states(nb), float(n),
-                          1.0, 5.0, formed, bstats, tb_stats)
+                          1.0, 5.0, 10, formed, bstats, tb_stats)
     dt_nb = 0.05 * tb_stats[:, 0].sum() / tb_stats[:, 1].sum()
-    p_sum = 0.0
-    for b in range(nb):
-        vrel = bstats[b, 0]
-        for tt in range(enc.TRIPLETS_PER_BLOCK):
-            i = 20 * b + 3 * tt
-            d = local_number_density(t["r"], i + 1, float(n), 10) * n
-            p_sum += min(1.0, three_body_rate(d, vrel, t["m"][i], t["m"][i + 1], t["m"][i + 2],
-                                              5.0) * dt_nb)
+    p_sum = _three_body_p_sum(t, bstats, dt_nb)
     counts = []
     for seed in range(4):
         enc.select_three_body(t["r"], 0, t["m"], t["vr"], t["vt"], eligible,
-                              _states(nb, 20 + seed), float(n), dt_nb, 5.0, formed, bstats,
+                              _states(nb, 20 + seed), float(n), dt_nb, 5.0, 10, formed, bstats,
                               tb_stats)
         counts.append(int(formed.sum()))
     assert abs(np.mean(counts) - p_sum) < 5 * math.sqrt(p_sum / 4), (counts, p_sum)
     # CMC-COSMIC's sigma: the mass-weighted 3-D dispersion of the block
     assert bstats[0, 1] == pytest.approx(np.mean(t["vr"][:20] ** 2 + t["vt"][:20] ** 2))
     assert bstats[0, 0] == pytest.approx(4 * math.sqrt(bstats[0, 1] / (3 * math.pi)))
+
+
+@pytest.mark.parametrize("neighbours", [3, 10])
+def test_three_body_rate_of_the_two_heaviest(neighbours):
+    """With a mass spectrum, each triplet's probability is CMC-COSMIC's: M12 of its two
+    heaviest stars (the rate goes as M12^5), the local density at the heaviest from
+    ``neighbours`` stars on each side (BH_AVEKERNEL), and 20/18 for the two stars of a block
+    in no triplet (issue 45, items 4 and 5: the first two in radial order, 10 neighbours
+    whatever was asked, and 6 triplets per 20 stars gave 0.53-0.75 of CMC's rate)."""
+    rng = np.random.default_rng(4)
+    n = 2000
+    t = _table(n, rng)
+    t["m"] = rng.pareto(1.3, n) + 1.0  # heavy tail: the heaviest is often the third
+    t["m"] /= t["m"].sum()
+    nb = n // 20
+    tb_stats = np.zeros((nb, 2))
+    bstats = np.zeros((nb, 3))
+    formed = np.zeros(nb * enc.TRIPLETS_PER_BLOCK, dtype=bool)
+    enc.select_three_body(t["r"], 0, t["m"], t["vr"], t["vt"], np.ones(n, dtype=bool),
+                          _states(nb), float(n), 1e-9, 5.0, neighbours, formed, bstats,
+                          tb_stats)
+    assert tb_stats[:, 0].sum() == nb * enc.TRIPLETS_PER_BLOCK
+    ref = _three_body_p_sum(t, bstats, 1e-9, neighbours)
+    assert tb_stats[:, 1].sum() == pytest.approx(ref, rel=1e-10)
 
 
 def test_binary_timescales_of_the_central_stars():
