@@ -46,20 +46,25 @@ DYN_COLUMNS = (
     ("N_c", "", "objects in the core (Casertano-Hut, density-weighted mean mass)"),
     ("r_c", "r_vir", "core radius (Casertano & Hut)"),
     ("r_max", "r_vir", "radius of the outermost object"),
-    ("Etot", "E_NB", "K + W + binaries' internal energy (the bound cluster)"),
+    ("Etot", "E_NB", "total energy, summed as CMC sums it: KE + PE + Etot_int + Etot_bin "
+     "+ E_cenma + Eesc + Ebesc + Eintesc"),
     ("KE", "E_NB", "kinetic energy"),
     ("PE", "E_NB", "potential energy"),
-    ("Etot_int", "E_NB", "internal energy of single stars: 0 (no stellar collisions)"),
-    ("Etot_bin", "E_NB", "internal (binding) energy of the bound binaries (negative)"),
+    ("Etot_int", "E_NB", "internal energy of the bound stars (CMC: energy that collisions and "
+     "mergers put into stars): 0, stars hold none here"),
+    ("Etot_bin", "E_NB", "internal (binding) energy of the bound binaries, -sum m0 m1 / (2 a) "
+     "(negative)"),
     ("E_cenma", "E_NB", "central black hole: 0 (none)"),
     ("Eesc", "E_NB", "energy carried away by all escapers (unbound, ejected and tidally "
      "stripped objects; singles and binaries' centres of mass)"),
-    ("Ebesc", "E_NB", "0: the escaped binaries' centre-of-mass energy is in Eesc"),
-    ("Eintesc", "E_NB", "internal energy of the escaped binaries"),
+    ("Ebesc", "E_NB", "internal (binding) energy carried away by the escaped binaries, "
+     "-sum m0 m1 / (2 a) (negative)"),
+    ("Eintesc", "E_NB", "internal energy of the escaped stars (as Etot_int): 0, stars hold "
+     "none here"),
     ("Eoops", "E_NB", "energy that binary processes could not take from their neighbours, "
-     "and dissipated by mergers, as an energy gain (so that Etot + Eoops + Eesc + Eintesc is "
-     "the conserved total)"),
-    ("Etot+Eoops", "E_NB", "Etot + Eoops"),
+     "and dissipated by mergers, as an energy gain (so that Etot + Eoops is the conserved "
+     "total)"),
+    ("Etot+Eoops", "E_NB", "Etot + Eoops: the conserved total (the diagnostics' E_tot)"),
     ("r_h", "r_vir", "half-mass radius"),
     ("rho_0", "M0 r_vir^-3", "central density (Casertano & Hut)"),
     ("rc_spitzer", "r_vir", "Spitzer core radius sqrt(3 v0_rms^2 / (4 pi rho_0))"),
@@ -195,16 +200,22 @@ def dyn_dat(d: dict[str, np.ndarray]) -> str:
     def col(name: str) -> np.ndarray:
         return np.asarray(d[name], dtype=float) if name in d else np.full(n, NA)
 
+    # CMC's split of the energy (cmc_utils.c ComputeEnergy, cmc_evolution_thr.c): Eesc holds
+    # the escapers' centre-of-mass energies, Ebesc the escaped binaries' binding energies
+    # -m1 m2 / (2 a), Etot_int and Eintesc the stars' internal energies (collisions: none
+    # here), and Etot all of them, so that Etot + Eoops is the conserved total.
     e_bin = col("E_binding")
-    etot = col("K") + col("W") + e_bin
+    e_esc = col("E_escaped") + col("E_stripped")
+    e_besc = col("E_binding_escaped")
+    etot = col("K") + col("W") + e_bin + e_esc + e_besc
     eoops = 0.0 - (col("E_oops") + col("E_mergers") + _or_zero(col("E_integrator")))  # no "-0"
     vr = np.where(col("W") != 0, -2.0 * col("K") / np.where(col("W") != 0, col("W"), 1.0), 0.0)
     values = {
         "t": col("time"), "Dt": col("dt"), "tcount": col("step"), "N": col("N"), "M": col("M"),
         "VR": vr, "N_c": col("N_core"), "r_c": col("r_c"), "r_max": col("r_max"),
         "Etot": etot, "KE": col("K"), "PE": col("W"), "Etot_int": zero, "Etot_bin": e_bin,
-        "E_cenma": zero, "Eesc": col("E_escaped") + col("E_stripped"), "Ebesc": zero,
-        "Eintesc": col("E_binding_escaped"), "Eoops": eoops, "Etot+Eoops": etot + eoops,
+        "E_cenma": zero, "Eesc": e_esc, "Ebesc": e_besc, "Eintesc": zero, "Eoops": eoops,
+        "Etot+Eoops": etot + eoops,
         "r_h": col("r_h"), "rho_0": col("rho_c"), "rc_spitzer": col("rc_spitzer"),
         "v0_rms": col("v0_rms"), "rc_nb": col("r_c"), "DMse": zero, "DMrejuv": zero,
         "N_c_nb": col("N_core"),

@@ -89,14 +89,55 @@ def test_dyn_dat_columns_and_energy(exported):
     np.testing.assert_array_equal(dyn[:, 3], d["N"])
     np.testing.assert_allclose(dyn[:, 4], d["M"], rtol=1e-7)
     np.testing.assert_allclose(dyn[:, 20], d["r_h"], rtol=1e-7)
-    # Etot + Eoops + Eesc + Ebesc + Eintesc is the conserved total E_tot
-    total = dyn[:, 19] + dyn[:, 15] + dyn[:, 16] + dyn[:, 17]
-    np.testing.assert_allclose(total, d["E_tot"], rtol=1e-6)
+    # CMC's Etot sums the bound cluster and what escapers carried off (its ComputeEnergy):
+    # KE + PE + Etot_int + Etot_bin + E_cenma + Eesc + Ebesc + Eintesc; Etot + Eoops is the
+    # conserved total E_tot
+    np.testing.assert_allclose(dyn[:, 9], dyn[:, 10:18].sum(axis=1), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(dyn[:, 19], d["E_tot"], rtol=1e-6)
+    np.testing.assert_allclose(dyn[:, 9] + dyn[:, 18], dyn[:, 19], rtol=1e-6, atol=1e-9)
     assert dyn[-1, 15] < 0.0 or dyn[-1, 15] > 0.0  # escapers carried energy away
     # the columns this code adds for CMC: r_max, v0_rms, rc_spitzer
     assert np.all(dyn[:, 8] >= dyn[:, 20]) and np.all(dyn[:, 23] > 0)
     np.testing.assert_allclose(dyn[:, 22], np.sqrt(3 * dyn[:, 23] ** 2
                                                    / (4 * np.pi * dyn[:, 21])), rtol=1e-6)
+
+
+def test_dyn_dat_ebesc_is_the_escaped_binaries_binding_energy(exported):
+    """Ebesc (#17) holds what CMC puts there: the escaped binaries' binding energy, summed as
+    CMC sums it at each escape, -m1 m2 / (2 a) in code units (cmc_evolution_thr.c), so
+    negative; Eintesc (#18) is the stars' internal energy (collisions), none here."""
+    dyn = np.loadtxt(exported / "cmc" / "king.dyn.dat")
+    d, _ = read_diagnostics(exported / "run" / "diagnostics.h5")
+    esc, _ = read_diagnostics(exported / "run" / "escapers.h5")
+    b = esc["binind"] >= 0
+    assert b.sum() > 0  # binaries left the cluster in this run
+    cmc_ebesc = -np.sum(esc["bin_m1"][b] * esc["bin_m2"][b] / (2.0 * esc["bin_a"][b]))
+    np.testing.assert_allclose(dyn[-1, 16], cmc_ebesc, rtol=1e-7)
+    np.testing.assert_allclose(dyn[:, 16], d["E_binding_escaped"], rtol=1e-7, atol=1e-12)
+    np.testing.assert_array_equal(dyn[:, 17], 0.0)
+    np.testing.assert_allclose(dyn[:, 13], d["E_binding"], rtol=1e-7)
+
+
+def test_dyn_dat_energy_columns_of_a_history():
+    """Each energy of a diagnostics history goes to the column where CMC puts it."""
+    from cmc.export import DYN_COLUMNS, dyn_dat
+
+    d = {"step": np.array([0.0, 1.0]), "time": np.array([0.0, 0.1]), "K": np.array([0.25, 0.3]),
+         "W": np.array([-0.5, -0.55]), "E_binding": np.array([-0.1, -0.08]),
+         "E_binding_escaped": np.array([0.0, -0.02]), "E_escaped": np.array([0.0, 0.004]),
+         "E_stripped": np.array([0.0, -0.001]), "E_oops": np.array([0.0, 1e-4]),
+         "E_mergers": np.zeros(2), "E_integrator": np.array([0.0, -2e-5])}
+    lines = dyn_dat(d).splitlines()
+    col = {name: i for i, (name, _, _) in enumerate(DYN_COLUMNS)}
+    row = np.array([float(x) for x in lines[-1].split()])
+    assert row[col["Ebesc"]] == pytest.approx(-0.02)
+    assert row[col["Eintesc"]] == 0.0 and row[col["Etot_int"]] == 0.0
+    assert row[col["Etot_bin"]] == pytest.approx(-0.08)
+    assert row[col["Eesc"]] == pytest.approx(0.003)
+    etot = 0.3 - 0.55 - 0.08 + 0.003 - 0.02
+    assert row[col["Etot"]] == pytest.approx(etot)
+    assert row[col["Eoops"]] == pytest.approx(-(1e-4 - 2e-5))
+    assert row[col["Etot+Eoops"]] == pytest.approx(etot - 1e-4 + 2e-5)
 
 
 def test_lagrad_dat(exported):
