@@ -23,10 +23,17 @@ from cmc.errors import InputError
 #: ``run.t_max`` of a converted file [t_rh0]: far beyond any CMC stop.
 T_MAX_OUT_OF_THE_WAY = 1e9
 
+#: Why nothing that needs stellar radii is honoured: the run gives the few-body engine no
+#: radius unit (``BinaryPhysics.radius_unit`` stays 0), so its sticky-sphere mergers never
+#: happen in a cluster.
+POINT_MASSES = "stars are point masses until stellar evolution sets radii"
+
 #: Switches that ask for a process or output this code does not have: honoured when 0.
 _OFF_OR_UNSUPPORTED = {
-    "SS_COLLISION": "single-single collisions are not implemented (mergers happen only "
-                    "inside binary encounters)",
+    # CMC gives the stars of its few-body encounters their radii only with SS_COLLISION = 1
+    # (cmc_binsingle.c, cmc_binbin.c: R = 0 otherwise), so 0 asks for point masses, as here
+    "SS_COLLISION": f"{POINT_MASSES}: no single-single collisions and no sticky-sphere "
+                    "mergers in binary encounters",
     "TIDAL_CAPTURE": "tidal capture is not implemented",
     "TC_POLYTROPE": "tidal capture is not implemented",
     "BHNS_TDE": "tidal disruptions are not implemented",
@@ -54,7 +61,6 @@ _FIXED = {
     "TIDAL_TREATMENT": (0, "stars are stripped by their apocentre against R_t (CMC's radial "
                            "criterion, TIDAL_TREATMENT = 0); the Giersz energy criterion (1) "
                            "is not implemented"),
-    "COLL_FACTOR": (1.0, "mergers in encounters are sticky spheres (COLL_FACTOR = 1)"),
     "SNAPSHOTTING": (1, "the snapshots at start and end are always written"),
 }
 
@@ -68,7 +74,13 @@ _NO_EFFECT = {
     "DF_INTEGRATED_CRITERION": "used only with USE_DF_CUTOFF = 1",
     "BH_SNAPSHOT_DELTACOUNT": "used only with BH_SNAPSHOTTING = 1",
     "PULSAR_DELTACOUNT": "used only with the pulsar files",
-    "BH_RADIUS_MULTIPLYER": "used only with BH_CAPTURE = 1",
+}
+
+#: Factors on the stars' radii in collisions; CMC uses them only with SS_COLLISION = 1
+#: (cmc_dynamics.c, cmc_binsingle.c, cmc_binbin.c): then not honoured, else no effect.
+_RADIUS_FACTORS = {
+    "COLL_FACTOR": "factor on the sticky-sphere pericentre of single-single collisions",
+    "BH_RADIUS_MULTIPLYER": "factor on black holes' radii in encounters' collisions",
 }
 
 
@@ -242,9 +254,16 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
         put("PERTURB", run__relaxation="false", binaries__binary_single="false",
             binaries__binary_binary="false", binaries__three_body="off")
     # switches that are fine off, fixed values, bookkeeping
+    collisions = (v := cmc.get("SS_COLLISION")) is not None and _flag(v)
     for key, why in _OFF_OR_UNSUPPORTED.items():
         if (v := pop(key)) is not None and _flag(v):
             out.not_honoured.append((key, v, why))
+    for key, what in _RADIUS_FACTORS.items():
+        if (v := pop(key)) is not None:
+            if collisions:
+                out.not_honoured.append((key, v, f"{what}: {POINT_MASSES}"))
+            else:
+                out.ignored.append((key, v, f"{what}, used only with SS_COLLISION = 1"))
     for key, (ours, why) in _FIXED.items():
         if (v := pop(key)) is not None and _number(v) != ours:
             out.not_honoured.append((key, v, why))

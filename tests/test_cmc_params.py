@@ -100,6 +100,36 @@ def test_switches_and_refusals(tmp_path):
     assert cfg.run.t_max_code == 100.0 and cfg.run.t_max_myr == 13800.0
 
 
+def test_collisions_and_radius_factors_are_not_honoured(tmp_path):
+    """Stars are point masses in a run (the few-body engine gets no radius unit), so CMC's
+    physical collisions (SS_COLLISION = 1: single-single collisions and sticky-sphere mergers
+    in binary encounters) and the factors on the stars' radii are listed as not honoured, with
+    that reason; with SS_COLLISION = 0 CMC's encounters are point masses too (its R = 0)."""
+    from cmc.cmc_params import POINT_MASSES
+    from cmc.simulation import Simulation
+    from parallel.comm import SerialComm
+
+    assert POINT_MASSES == "stars are point masses until stellar evolution sets radii"
+    ini = tmp_path / "p.ini"
+    ini.write_text("[cmc]\nSS_COLLISION = 1\nCOLL_FACTOR = 1.0\nBH_RADIUS_MULTIPLYER = 5\n")
+    conv = convert_cmc_ini(ini)
+    listed = {p: why for p, _, why in conv.not_honoured}
+    for key in ("SS_COLLISION", "COLL_FACTOR", "BH_RADIUS_MULTIPLYER"):
+        assert key in listed and POINT_MASSES in listed[key], key
+    assert "mergers in binary encounters" in listed["SS_COLLISION"]
+    assert f"# not honoured: SS_COLLISION = 1: {POINT_MASSES}" in conv.ini()
+    assert main(["convert-ini", str(ini)]) == 0
+    # SS_COLLISION = 0 (CMC's default) asks for point masses: honoured; the factors do nothing
+    ini.write_text("[cmc]\nSS_COLLISION = 0\nCOLL_FACTOR = 2\nBH_RADIUS_MULTIPLYER = 5\n")
+    conv = convert_cmc_ini(ini)
+    assert conv.not_honoured == []
+    assert {p for p, _, _ in conv.ignored} == {"COLL_FACTOR", "BH_RADIUS_MULTIPLYER"}
+    # the reason holds: a run gives the few-body engine no radius unit (when it does, the
+    # converter and docs/cmc_formats.md must say what is honoured)
+    cfg = load_config(None, ["initial.n=200", "initial.binary_fraction=0.1"])
+    assert Simulation.create(cfg, SerialComm()).phys.radius_unit == 0.0
+
+
 def test_not_a_cmc_file(tmp_path):
     bad = tmp_path / "ours.ini"
     bad.write_text("[run]\ntheta_max = 1\n")
