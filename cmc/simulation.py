@@ -133,8 +133,8 @@ PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", 
 #: gathering all N values (8 bytes per star of all N: 0.7 ns at 12 GB/s), which is cheaper up
 #: to P ~ 190-370 (bench/perf_model.py).
 OLD_POTENTIAL_LOOKUP_MIN_RANKS = 256
-#: Columns of :meth:`Simulation._structure_sums`: W and the four core sums.
-STRUCTURE_SUMS = 5
+#: Columns of :meth:`Simulation._structure_sums`: W and the five core sums.
+STRUCTURE_SUMS = 6
 #: A cluster with fewer objects has dissolved (the step needs a few 20-star blocks).
 MIN_OBJECTS = 40
 #: Stars of the centre over which the binary time scales are averaged (the paper: 300).
@@ -271,6 +271,8 @@ class Simulation:
         self.timing: dict = {}
         #: diagnostics rows recorded over the whole run (the restart's diag_rows onwards)
         self.n_rows = len(self.history.get("step", []))
+        #: (density-weighted <m>, <v^2>) inside r_h from the last diagnostics, for T_bs
+        self._central_means: tuple[float, float] | None = None
         if self.size > 1 and cfg.run.emulate_ranks not in (0, self.size):
             raise ValueError("run.emulate_ranks: only for serial runs (or equal to the number "
                              f"of MPI ranks, {self.size})")
@@ -1097,10 +1099,16 @@ class Simulation:
         return gone, ev[:, [3, 0, 1]]
 
     def _binary_timescales(self) -> tuple[float, float]:
-        """T_bs and T_bb (paper eqs 10 and 9, N-body time) of the central 300 stars.
+        """T_bs and T_bb (paper eqs 10 and 9, N-body time), as CMC-COSMIC's get_Tbs and
+        get_Tbb compute them (collective).
 
-        Per-block sums of the central blocks are gathered in block order and added in that
-        order, so every rank (and the serial emulation) gets the same bits.
+        The densities and ``<a>``, ``<a^2>``, ``<M a>`` are those of the central 300 objects;
+        T_bs's dispersion and mean mass are the density-weighted ``v_rms / sqrt(3)`` and
+        ``<m>`` of the objects inside r_h (CMC's central.v_rms and central.m_ave, the sums of
+        the last diagnostics: the stars have not moved since), T_bb's dispersion the rms
+        speed of the central binaries over sqrt(3) (its central.v_bin_rms).  Per-block sums
+        of the central blocks are gathered in block order and added in that order, so every
+        rank (and the serial emulation) gets the same bits.
         """
         n_central_blocks = (CENTRAL_STARS + MIN_CHUNK - 1) // MIN_CHUNK
         first_block = self.offset // MIN_CHUNK
@@ -1109,19 +1117,23 @@ class Simulation:
                                        max(0, min(n_central_blocks - first_block,
                                                   (s.n + MIN_CHUNK - 1) // MIN_CHUNK)))
         sums = allgatherv_array(self.comm, local)
-        tot = np.zeros(sums.shape[1]) if sums.size else np.zeros(7)
+        tot = np.zeros(sums.shape[1]) if sums.size else np.zeros(8)
         for row in sums:  # block order, whatever the ranks
             tot += row
-        n_s, n_b, v2, a_sum, a2_sum, mb_sum, ma_sum = tot
+        n_s, n_b, _, a_sum, a2_sum, mb_sum, ma_sum, v2_bin = tot
+        if self._central_means is None:  # (first step, or after a restart) the same sums as
+            # the diagnostics make, so the same bits
+            self._central_means = _central_means(ranked_sum(self.comm, self._structure_sums()))
         n_c = int(n_s + n_b)
         if n_b == 0 or n_c < 2:
             return math.inf, math.inf
         vol = 4.0 / 3.0 * math.pi * float(self.r_all[n_c - 1]) ** 3
-        sigma = math.sqrt(v2 / (3.0 * n_c))
+        m_ave, v2_ave = self._central_means
         b = self.cfg.binaries
-        t_bs = binary_single_timescale(n_s / vol, sigma, a_sum / n_b, a2_sum / n_b,
-                                       mb_sum / n_b, b.x_bs)
-        t_bb = binary_binary_timescale(n_b / vol, sigma, a2_sum / n_b, ma_sum / n_b, b.x_bb)
+        t_bs = binary_single_timescale(n_s / vol, math.sqrt(v2_ave / 3.0), a_sum / n_b,
+                                       a2_sum / n_b, m_ave, b.x_bs)
+        t_bb = binary_binary_timescale(n_b / vol, math.sqrt(v2_bin / (3.0 * n_b)),
+                                       a2_sum / n_b, ma_sum / n_b, b.x_bb)
         return t_bs, t_bb
 
     def _take_deficit(self, deficit: np.ndarray) -> None:
@@ -1238,7 +1250,7 @@ class Simulation:
 
     def _structure_sums(self) -> np.ndarray:
         """Each segment's (:meth:`_star_segments`) share of the potential energy and of the
-        core's Casertano-Hut sums (:func:`physics.structure.core_sums`), shape (S, 5).
+        core's Casertano-Hut sums (:func:`physics.structure.core_sums`), shape (S, 6).
 
         Every rank sums its own stars of the replicated arrays (their neighbours are there
         too), so these passes over all N divide by the number of ranks instead of being
@@ -1250,10 +1262,16 @@ class Simulation:
         bounds = self._star_segments()
         out = np.zeros((bounds.size - 1, STRUCTURE_SUMS))
         r_h = self._half_mass_radius() if self.n_total else 0.0
+        s = self.stars
         for j, first in enumerate(self._segment_offsets()):
             a, b = int(first), int(first) + int(bounds[j + 1] - bounds[j])
             out[j, 0] = potential_energy_sum(self.r_all, self.m_all, self.phi_all, a, b)
-            out[j, 1:] = core_sums(self.r_all, self.m_all, r_h, a, b)
+            # the squared speeds of this segment's own rows inside r_h (the sums stop there):
+            # CMC's density-weighted v_rms, for T_bs (runs with binaries only)
+            k = int(np.searchsorted(self.r_all[a:b], r_h, side="right"))
+            rows = slice(int(bounds[j]), int(bounds[j]) + k)
+            v2 = s.vr[rows] ** 2 + s.vt[rows] ** 2 if s.has_binary_fields else np.zeros(0)
+            out[j, 1:] = core_sums(self.r_all, self.m_all, r_h, a, a + k, v2)
         return out
 
     def _kinetic(self) -> np.ndarray:
@@ -1296,6 +1314,7 @@ class Simulation:
         m_lr = lagrange_mean_masses(self.m_all, self.fractions, self.mcum_all)
         r_h = self._half_mass_radius()
         r_c, rho_c, n_core = core_from_sums(np.asarray(structure[1:], dtype=np.float64))
+        self._central_means = _central_means(structure)
         # the whole budget: bound, escaped, binaries' internal energy (bound and escaped),
         # less what binary processes owe and could not take from their neighbours, what
         # mergers dissipated and the few-body integrator's energy error
@@ -1773,6 +1792,16 @@ for _name in EVENT_COUNTS:
 #: (kind ``raise``: an exception, ``exit``: os._exit(9), ``kill``: SIGKILL).  Never set in
 #: production; it lets the tests show that a failure on one rank ends every rank.
 FAULT_ENV = "CMC_INJECT_FAULT"
+
+
+def _central_means(structure: np.ndarray) -> tuple[float, float]:
+    """CMC-COSMIC's density-weighted mean mass and mean v^2 of the objects inside r_h
+    (central.m_ave, central.v_rms^2) from the reduced :meth:`Simulation._structure_sums`
+    (W first); (0, 0) without a core."""
+    s_rho = float(structure[1])
+    if not s_rho > 0.0:
+        return 0.0, 0.0
+    return float(structure[4]) / s_rho, float(structure[5]) / s_rho
 
 
 def _inject_fault(spec: str, rank: int, step: int) -> None:

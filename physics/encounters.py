@@ -861,19 +861,21 @@ def slot_masses(slots: np.ndarray, gidx: np.ndarray, m: np.ndarray,
 @njit(cache=True)
 def central_block_sums(m, vr, vt, is_binary, bin_a, n_blocks):
     """Per 20-star block, for the first ``n_blocks`` local blocks: number of singles, number of
-    binaries, sum v^2, sum a, sum a^2, sum M_b, sum M_b a (binaries' mass M_b) -- the
-    ingredients of the binary time scales (paper eqs 9, 10)."""
+    binaries, sum v^2, sum a, sum a^2, sum M_b, sum M_b a (binaries' mass M_b), sum v^2 of the
+    binaries -- the ingredients of the binary time scales (paper eqs 9, 10)."""
     n = m.shape[0]
-    out = np.zeros((n_blocks, 7))
+    out = np.zeros((n_blocks, 8))
     for b in range(n_blocks):
         for i in range(b * MIN_CHUNK, min(n, (b + 1) * MIN_CHUNK)):
-            out[b, 2] += vr[i] * vr[i] + vt[i] * vt[i]
+            v2 = vr[i] * vr[i] + vt[i] * vt[i]
+            out[b, 2] += v2
             if is_binary[i]:
                 out[b, 1] += 1.0
                 out[b, 3] += bin_a[i]
                 out[b, 4] += bin_a[i] * bin_a[i]
                 out[b, 5] += m[i]
                 out[b, 6] += m[i] * bin_a[i]
+                out[b, 7] += v2
             else:
                 out[b, 0] += 1.0
     return out

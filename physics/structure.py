@@ -112,30 +112,37 @@ def _ch_interior(r_in, r_out, m0, m1, m2, m3, m4, rho, has):
 
 
 @njit(cache=True)
-def core_sums(r, m, r_half, i0, i1):
+def core_sums(r, m, r_half, i0, i1, v2):
     """Casertano-Hut partial sums over the stars ``i0 .. i1 - 1`` that lie inside ``r_half``.
 
     The density of star ``i`` needs its ``CH_NEIGHBOURS / 2`` radial neighbours on each side,
     which the replicated arrays hold whatever the range, so each rank sums its own stars
-    (``r``, ``m``: all stars, sorted).  :func:`core_from_sums` turns the totals into the core.
-    The densities are computed first (on the threads, the interior without branches), then
-    added in star order: the bits of :func:`core_sums_serial` (its twin) for any thread
-    count.
+    (``r``, ``m``: all stars, sorted; ``v2`` the squared speeds of its own rows).
+    :func:`core_from_sums` turns the totals into the core.  The densities are computed first
+    (on the threads, the interior without branches), then added in star order: the bits of
+    :func:`core_sums_serial` (its twin) for any thread count.
+
+    Parameters
+    ----------
+    v2 : ndarray
+        ``vr^2 + vt^2`` of stars ``i0 .. i1 - 1`` (``v2[i - i0]``), or empty (the fifth sum
+        is then 0).
 
     Returns
     -------
-    ndarray, shape (4,)
-        ``sum rho_i``, ``sum rho_i^2``, ``sum rho_i r_i``, ``sum rho_i m_i``; zeros with fewer
-        than ``CH_NEIGHBOURS + 1`` stars.
+    ndarray, shape (5,)
+        ``sum rho_i``, ``sum rho_i^2``, ``sum rho_i r_i``, ``sum rho_i m_i``,
+        ``sum rho_i v_i^2`` (CMC's central.m_ave and central.v_rms are the fourth and fifth
+        over the first); zeros with fewer than ``CH_NEIGHBOURS + 1`` stars.
     """
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
     if n < CH_NEIGHBOURS + 1:
-        return np.zeros(4)
+        return np.zeros(5)
     a = max(i0, 0)
     b = min(i1, n)
     if b <= a:
-        return np.zeros(4)
+        return np.zeros(5)
     # the serial loop stops at the first star outside r_half: r is sorted
     b = a + np.searchsorted(r[a:b], r_half, side="right")
     rho = np.empty(max(b - a, 0))
@@ -152,10 +159,12 @@ def core_sums(r, m, r_half, i0, i1):
         rho[i - a], has[i - a] = _ch_density(r, m, i, n, h)
     for i in range(d, b):
         rho[i - a], has[i - a] = _ch_density(r, m, i, n, h)
+    with_v = v2.shape[0] > 0
     s_rho = 0.0
     s_rho2 = 0.0
     s_rhor = 0.0
     s_rhom = 0.0
+    s_rhov2 = 0.0
     for j in range(b - a):
         if has[j]:
             x = rho[j]
@@ -163,22 +172,25 @@ def core_sums(r, m, r_half, i0, i1):
             s_rho2 += x * x
             s_rhor += x * r[a + j]
             s_rhom += x * m[a + j]
-    return np.array([s_rho, s_rho2, s_rhor, s_rhom])
+            if with_v:
+                s_rhov2 += x * v2[a + j - i0]
+    return np.array([s_rho, s_rho2, s_rhor, s_rhom, s_rhov2])
 
 
 @njit(cache=True)
-def core_sums_serial(r, m, r_half, i0, i1):
+def core_sums_serial(r, m, r_half, i0, i1, v2):
     """Reference twin of :func:`core_sums`: one loop over the stars, summing as it goes, every
     density by the general :func:`_ch_density` (the kernel's interior stars take the
     straight-line :func:`_ch_interior`)."""
     n = r.shape[0]
     h = CH_NEIGHBOURS // 2
     if n < CH_NEIGHBOURS + 1:
-        return np.zeros(4)
+        return np.zeros(5)
     s_rho = 0.0
     s_rho2 = 0.0
     s_rhor = 0.0
     s_rhom = 0.0
+    s_rhov2 = 0.0
     for i in range(max(i0, 0), min(i1, n)):
         if r[i] > r_half:
             break
@@ -188,13 +200,16 @@ def core_sums_serial(r, m, r_half, i0, i1):
             s_rho2 += rho * rho
             s_rhor += rho * r[i]
             s_rhom += rho * m[i]
-    return np.array([s_rho, s_rho2, s_rhor, s_rhom])
+            if v2.shape[0] > 0:
+                s_rhov2 += rho * v2[i - i0]
+    return np.array([s_rho, s_rho2, s_rhor, s_rhom, s_rhov2])
 
 
 @njit(cache=True)
 def core_from_sums(sums):
     """(r_c, rho_c, n_core) of :func:`core_properties` from the totals of :func:`core_sums`
-    (compiled: the same float operations as before the split, so the same bits)."""
+    (its first four; compiled: the same float operations as before the split, so the same
+    bits)."""
     s_rho, s_rho2, s_rhor, s_rhom = sums[0], sums[1], sums[2], sums[3]
     if s_rho <= 0.0:
         return np.nan, np.nan, np.nan
@@ -217,7 +232,7 @@ def core_properties(r, m, r_half):
         ``4/3 pi r_c^3 rho_c / (2 m_c)``, ``m_c`` the density-weighted mean mass (number of
         stars in the core, C-code convention).
     """
-    return core_from_sums(core_sums(r, m, float(r_half), 0, r.shape[0]))
+    return core_from_sums(core_sums(r, m, float(r_half), 0, r.shape[0], np.zeros(0)))
 
 
 def core_properties_reference(r: np.ndarray, m: np.ndarray, r_half: float):

@@ -85,18 +85,24 @@ def test_core_sums_equal_serial_twin(threads, plummer_5k):
         cases.append((r, rng.random(n)))
     for r, m in cases:
         n = r.size
+        v2_all = rng.random(n + 10)
         # r_half below the third star: the range ends before the first interior star
         for rh in (0.0, float(r[1]) if n > 1 else 0.1, float(np.median(r)) if n else 0.3,
                    1e9):
             for i0, i1 in ((0, n), (3, n // 2), (n // 3, n), (n, n), (-5, n + 5), (n - 2, n)):
-                want = core_sums_serial(r, m, rh, i0, i1)
-                np.testing.assert_array_equal(core_sums(r, m, rh, i0, i1), want,
-                                              err_msg=f"{n} {rh} {i0} {i1}")
-                if n <= 1000:  # in Python, where an index past the scratch arrays raises
-                    np.testing.assert_array_equal(core_sums.py_func(r, m, rh, i0, i1), want)
+                for v2 in (np.zeros(0), v2_all[:max(i1 - i0, 0)]):
+                    want = core_sums_serial(r, m, rh, i0, i1, v2)
+                    np.testing.assert_array_equal(core_sums(r, m, rh, i0, i1, v2), want,
+                                                  err_msg=f"{n} {rh} {i0} {i1}")
+                    if n <= 1000:  # in Python, where an index past the scratch arrays raises
+                        np.testing.assert_array_equal(
+                            core_sums.py_func(r, m, rh, i0, i1, v2), want)
     # the zero-volume shells were skipped, not summed as infinities
     r, m = cases[-1]
-    assert np.isfinite(core_sums(r, m, 1e9, 0, r.size)).all()
+    assert np.isfinite(core_sums(r, m, 1e9, 0, r.size, np.ones(r.size))).all()
+    # the fifth sum is the density-weighted v^2: v^2 = 1 everywhere gives sum rho
+    s = core_sums(r, m, 1e9, 0, r.size, np.ones(r.size))
+    assert s[4] == s[0] > 0.0
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
