@@ -116,14 +116,6 @@ def _warm_kernels(comm) -> None:
 
         cache = Path(numba.config.CACHE_DIR or ".")
         if not any(cache.rglob("orbits*.nbi")):
-            log.info("compiling kernels (the first run after an install or update takes about "
-                     "a minute; later runs load them from %s)", cache)
-            from cmc.config import Config
-            from cmc.simulation import Simulation
-            from parallel.comm import SerialComm
-
-            cfg = Config()
-            cfg.initial.n = 200
             # Ctrl-C inside LLVM's callbacks is swallowed and leaves numba broken: note it,
             # finish compiling, then stop (a second Ctrl-C ends at once)
             interrupted = []
@@ -136,8 +128,19 @@ def _warm_kernels(comm) -> None:
                 sys.stderr.write("cmc: interrupt noted: stopping once the kernels are compiled "
                                  "(Ctrl-C again to stop now)\n")
 
+            # installed before the line below is written: a Ctrl-C the line prompts must be
+            # noted like one during the compilation, not end the run in the imports that
+            # follow the line (seconds on a loaded machine)
             old = signal.signal(signal.SIGINT, on_sigint)
             try:
+                log.info("compiling kernels (the first run after an install or update takes "
+                         "about a minute; later runs load them from %s)", cache)
+                from cmc.config import Config
+                from cmc.simulation import Simulation
+                from parallel.comm import SerialComm
+
+                cfg = Config()
+                cfg.initial.n = 200
                 Simulation.create(cfg, SerialComm(), None).step()
             finally:
                 signal.signal(signal.SIGINT, old)

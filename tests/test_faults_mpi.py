@@ -15,6 +15,7 @@ Lines that do not start with ``cmc:`` (log lines, MPICH's own abort notices) are
 from __future__ import annotations
 
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -325,56 +326,96 @@ def test_launcher_and_mpi_disagree(tmp_path, config):
     assert not (tmp_path / "run" / "checkpoint.h5").exists()
 
 
+#: ``python -m cmc`` whose "compiling kernels" log line is followed by a wait for a line on
+#: stdin.  The test's Ctrl-C, sent once it has read that line, thus arrives right after it
+#: whatever the machine's load: the moment a user who reads the line would press it, held
+#: open until the test lets the run go on.
+_CMC_WAITING_AFTER_COMPILING_LINE = """
+import sys
+
+import cmc.cli as cli
+
+logger = cli.log
+
+
+class WaitAfterCompilingLine:
+    def __getattr__(self, name):
+        return getattr(logger, name)
+
+    def info(self, msg, *args, **kwargs):
+        logger.info(msg, *args, **kwargs)
+        if msg.startswith("compiling kernels"):
+            sys.stdin.readline()
+
+
+cli.log = WaitAfterCompilingLine()
+cli.entry()
+"""
+
+
 def test_ctrl_c_while_compiling_kernels(tmp_path, config):
     """Ctrl-C during set-up (the kernels compile into an empty cache) is noted and the
     compilation goes on; a second Ctrl-C ends the run at once, exit 130.  (The first one
     alone stops it once the kernels are compiled, test_cli's
-    test_one_ctrl_c_while_compiling_stops_after_it, without a minute of compiling.)"""
+    test_one_ctrl_c_while_compiling_stops_after_it, without a minute of compiling.)
+
+    The first Ctrl-C comes right after the "compiling kernels" line, the child holding there
+    until the test has seen the note (_CMC_WAITING_AFTER_COMPILING_LINE): the handler must be
+    in place before that line is written, not after the imports that follow it.  No sleeps:
+    the timeouts below only bound a hang.
+    """
     cache = Path(tempfile.mkdtemp(prefix="numba-", dir=tmp_path))
-    cmd = [sys.executable, "-m", "cmc", "run", str(config), "-o", str(tmp_path / "run")]
+    cmd = [sys.executable, "-c", _CMC_WAITING_AFTER_COMPILING_LINE, "run", str(config), "-o",
+           str(tmp_path / "run")]
     # SIGINT may be ignored where pytest runs (a background job); a terminal's Ctrl-C is not
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(NUMBA_CACHE_DIR=str(cache)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
-    compiling, noted = threading.Event(), threading.Event()
+    events: queue.Queue[str] = queue.Queue()
 
     def read_stderr():
         for ln in proc.stderr:
             lines.append(ln)
             if "compiling kernels" in ln:
-                compiling.set()
+                events.put("compiling")
             if "interrupt noted" in ln:
-                noted.set()
+                events.put("noted")
+        events.put("end of stderr")
+
+    def next_event(timeout: float) -> str:
+        try:
+            return events.get(timeout=timeout)
+        except queue.Empty:
+            return f"nothing within {timeout:g} s"
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
-    deadline = time.monotonic() + 120
-    alive_after_first = None
     try:
-        seen = compiling.wait(120)
-        if seen:
-            proc.send_signal(signal.SIGINT)
-            if noted.wait(60):
-                alive_after_first = proc.poll() is None
-                proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill_tree(proc)
-        proc.wait()
+        first = next_event(120)
+        assert first == "compiling", f"{first} instead of the 'compiling kernels' line"
+        proc.send_signal(signal.SIGINT)
+        # the child waits on stdin: it either noted the Ctrl-C or was ended by it
+        after_first = next_event(60)
+        assert after_first == "noted", f"{after_first} instead of 'interrupt noted'"
+        assert proc.poll() is None, "the first Ctrl-C ended the run"
+        proc.stdin.write("go on\n")
+        proc.stdin.close()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    except (AssertionError, subprocess.TimeoutExpired) as exc:
+        if proc.poll() is None:
+            _kill_tree(proc)
+            proc.wait()
         reader.join(10)
-        pytest.fail("hang: no exit within 120 s; stderr:\n" + "".join(lines)[-4000:])
+        pytest.fail(f"{exc}; stderr:\n" + "".join(lines)[-4000:])
     finally:
         if proc.poll() is None:
             _kill_tree(proc)
             proc.wait()
     reader.join(10)
-    proc.stdout.close()
-    stderr = "".join(lines)
-    assert seen, f"no 'compiling kernels' line within 120 s; stderr:\n{stderr[-4000:]}"
-    assert alive_after_first, f"the first Ctrl-C was not only noted; stderr:\n{stderr[-4000:]}"
-    res = subprocess.CompletedProcess(cmd, proc.returncode, "", stderr)
+    res = subprocess.CompletedProcess(cmd, proc.returncode, "", "".join(lines))
     line = assert_error(res, 130)
     assert line == "cmc: error: interrupted"
     assert not (tmp_path / "run" / "checkpoint.h5").exists()
