@@ -540,10 +540,11 @@ class Simulation:
             t3 = time.perf_counter()
             self.timers["relaxation"] += t3 - t2
             ejected: list = []
+            debts: list = []
             fields, gidx, block_start, counts, slots, slot_mass, changes = enc.apply_events(
                 stars.as_dict(), self.offset, self.r_all, self.phi_all, states, *sel,
                 self.phys, self._integrate_encounters, ejected=ejected,
-                block_segments=seg_blocks)
+                block_segments=seg_blocks, debts=debts)
             if ejected:
                 ej_rows = {k: np.array([rec[k] for rec, _, _ in ejected],
                                        dtype=FIELD_BY_NAME[k].dtype) for k in stars.as_dict()}
@@ -560,8 +561,11 @@ class Simulation:
         t3 = time.perf_counter()
         self.timers["relaxation"] += t3 - t2
         t3 = self._wait_for_ranks(t3)
-        if slots is not None:  # the products' masses into the potential (collective)
-            _, changes_all = self._update_slot_masses(slots, slot_mass, changes=changes)
+        event_debts = np.zeros((0, 2))
+        if slots is not None:  # the products' masses into the potential (collective); the
+            # energy the events' blocks could not give travels along, paid after the sort
+            _, changes_all, event_debts = self._update_slot_masses(
+                slots, slot_mass, changes=changes, debts=np.array(debts).reshape(-1, 2))
             # the pair energy between different events' shell changes: W has it, no event
             # paid it (each booked its own against the old potential); every rank adds the
             # same number
@@ -684,8 +688,8 @@ class Simulation:
                            stars.old_index, stars.vr, stars.vt, stars.dphi_old,
                            deficit)
         d_total = float(allreduce_sum(self.comm, np.array([deficit.sum()]))[0])
-        if d_total > 0.0:
-            self._take_deficit(deficit)
+        if d_total > 0.0 or event_debts.shape[0]:  # (every rank holds the same event_debts)
+            self._take_deficit(deficit, event_debts)
         t6 = time.perf_counter()
         self.timers["energy"] += t6 - t5
         # 7. bookkeeping and diagnostics: one packed reduction for everything summed
@@ -1048,7 +1052,7 @@ class Simulation:
                 unbound = np.zeros(s.n, dtype=bool)
                 unbound[rows] = True
                 mass = enc.slot_masses(slots, gidx, s.m, skip=unbound)
-        gone, _ = self._update_slot_masses(slots, mass, gidx[rows], s.m[rows])
+        gone, _, _ = self._update_slot_masses(slots, mass, gidx[rows], s.m[rows])
         if gone.shape[0] > 1 and self.rank == 0:
             out[0, 0] -= float(mutual_energy(*self._shells(gone)))
         return out
@@ -1056,31 +1060,37 @@ class Simulation:
     def _update_slot_masses(self, slots: np.ndarray, slot_mass: np.ndarray,
                             gone_slots: np.ndarray | None = None,
                             gone_mass: np.ndarray | None = None,
-                            changes: np.ndarray | None = None
-                            ) -> tuple[np.ndarray, np.ndarray]:
+                            changes: np.ndarray | None = None,
+                            debts: np.ndarray | None = None
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Put the masses of this step's event products into the replicated arrays (every
         rank's changes, one Allgatherv) and recompute the potential the orbits are drawn in.
 
-        ``gone_slots, gone_mass`` (slot and mass of each object removed) and ``changes``
-        (rows ``(event key, slot, mass change)`` of the events, :func:`apply_events`) travel in
-        the same message; returns those of all ranks in global row order: (slot, mass) of the
-        removed, shape (k, 2), and the changes, shape (j, 3).
+        ``gone_slots, gone_mass`` (slot and mass of each object removed), ``changes`` (rows
+        ``(event key, slot, mass change)`` of the events, :func:`apply_events`) and ``debts``
+        (rows ``(global block, energy)``, its ``debts``) travel in the same message; returns
+        those of all ranks in global row order: (slot, mass) of the removed, shape (k, 2), the
+        changes, shape (j, 3), and the debts, shape (d, 2).
         """
         if gone_slots is None:
             gone_slots, gone_mass = np.zeros(0), np.zeros(0)
         if changes is None:
             changes = np.zeros((0, 3))
+        if debts is None:
+            debts = np.zeros((0, 2))
         # (slot, mass, 0, 0) for an update, (slot, mass, 1, 0) for an object gone,
-        # (slot, mass change, 2, event key) for an event's change
-        nu, ng, nc = slots.size, gone_slots.size, changes.shape[0]
+        # (slot, mass change, 2, event key) for an event's change, (block, energy, 3, 0) for
+        # a block's debt
+        nu, ng, nc, nd = slots.size, gone_slots.size, changes.shape[0], debts.shape[0]
         mine = np.column_stack((
-            np.concatenate((slots, gone_slots, changes[:, 1])).astype(np.float64),
-            np.concatenate((slot_mass, gone_mass, changes[:, 2])),
-            np.repeat([0.0, 1.0, 2.0], [nu, ng, nc]),
-            np.concatenate((np.zeros(nu + ng), changes[:, 0]))))
+            np.concatenate((slots, gone_slots, changes[:, 1], debts[:, 0])).astype(np.float64),
+            np.concatenate((slot_mass, gone_mass, changes[:, 2], debts[:, 1])),
+            np.repeat([0.0, 1.0, 2.0, 3.0], [nu, ng, nc, nd]),
+            np.concatenate((np.zeros(nu + ng), changes[:, 0], np.zeros(nd)))))
         allc = allgatherv_array(self.comm, mine)
         gone = allc[allc[:, 2] == 1.0, :2]
         ev = allc[allc[:, 2] == 2.0]
+        owed = allc[allc[:, 2] == 3.0, :2]
         upd = allc[allc[:, 2] == 0.0]
         if upd.shape[0]:
             changed = upd[:, 0].astype(np.int64)
@@ -1088,7 +1098,7 @@ class Simulation:
                 # work (the same bits as below)
                 self.m_all, self.phi_all, self.mcum_all = self.replicas.update_masses(
                     changed, upd[:, 1], POTENTIAL_STAGES)
-                return gone, ev[:, [3, 0, 1]]
+                return gone, ev[:, [3, 0, 1]], owed
             self.m_all = self.m_all.copy()
             self.m_all[changed] = upd[:, 1]
             # only the shells from the innermost changed one on are summed again; inside it
@@ -1096,7 +1106,7 @@ class Simulation:
             # as often as not, so the saving is small in a run)
             self.phi_all, self.mcum_all = updated_potential(
                 self.r_all, self.m_all, self.phi_all, self.mcum_all, int(changed.min()))
-        return gone, ev[:, [3, 0, 1]]
+        return gone, ev[:, [3, 0, 1]], owed
 
     def _binary_timescales(self) -> tuple[float, float]:
         """T_bs and T_bb (paper eqs 10 and 9, N-body time), as CMC-COSMIC's get_Tbs and
@@ -1136,14 +1146,22 @@ class Simulation:
                                        a2_sum / n_b, ma_sum / n_b, b.x_bb)
         return t_bs, t_bb
 
-    def _take_deficit(self, deficit: np.ndarray) -> None:
-        """Pass what blocks could not pay in the energy correction on to the next blocks.
+    def _take_deficit(self, deficit: np.ndarray, event_debts: np.ndarray | None = None
+                      ) -> None:
+        """Pass what blocks could not pay in the energy correction, and what this step's
+        binary events could not take from their own blocks, on to the next blocks.
 
         Per-block debts and kinetic energies are gathered in global block order; a scan over
         the blocks (the same on every rank) carries each debt outward to the following
         blocks, each paying at most :data:`physics.energy.TAKE_FRACTION` of its kinetic
         energy by a common velocity factor.  Only what is left after the last block is taken
         from all stars.  The result does not depend on the number of ranks.
+
+        ``event_debts`` (rows ``(global block, energy)`` of every rank, in block order; the
+        blocks of the step's start, before the sort, which moves stars by a few blocks at
+        most) start at the same block of the sorted stars (CMC-COSMIC's
+        break_wide_binaries carries its E_excess outward from where the binary broke); they
+        are booked as ``E_taken``.
         """
         stars = self.stars
         # one message: both columns, every rank's block count from the layout (the step's
@@ -1152,7 +1170,12 @@ class Simulation:
         both = allgatherv_array(self.comm, np.column_stack((
             deficit, block_kinetic(stars.m, stars.vr, stars.vt, MIN_CHUNK))), rows=rows)
         debts, kes = np.ascontiguousarray(both[:, 0]), np.ascontiguousarray(both[:, 1])
-        pay, left = settle_debts(debts, kes, TAKE_FRACTION)
+        owed = np.zeros_like(debts)
+        if event_debts is not None and event_debts.shape[0] and owed.size:
+            at = np.minimum(event_debts[:, 0].astype(np.int64), owed.size - 1)
+            np.add.at(owed, at, event_debts[:, 1])  # in row order: the same bits everywhere
+            self.state.e_taken += float(np.sum(event_debts[:, 1]))
+        pay, left = settle_debts(debts + owed, kes, TAKE_FRACTION)
         first = self.offset // MIN_CHUNK
         mine = pay[first:first + deficit.size]
         kb = kes[first:first + deficit.size]
@@ -1760,10 +1783,10 @@ DIAG_MEANINGS = {
     "binary_fraction": "binaries / objects", "binary_fraction_core": "binaries / objects "
     "inside r_c", "E_encounters": "energy given to the cluster by strong encounters",
     "E_three_body": "energy given to the cluster by three-body binary formation",
-    "E_taken": "energy taken from neighbours to pay binary processes",
-    "E_oops": "energy owed by binary processes and not found in the neighbours, and the "
-              "pair energy between different events' shell changes of a step (no event pays "
-              "it)",
+    "E_taken": "energy taken from the stars to pay binary processes (the block's other "
+               "stars, then the blocks further out)",
+    "E_oops": "energy owed by binary processes that no star could pay, and the pair energy "
+              "between different events' shell changes of a step (no event pays it)",
     "E_slots": "energy change of the shells from product masses, compensated in speeds",
     "E_ejected": "energy of products ejected at once (unbound)",
     "E_mergers": "energy dissipated by mergers",

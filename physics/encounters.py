@@ -30,7 +30,11 @@ Energy: an encounter changes the pair's kinetic energy by ``-(change of internal
 the integrator's error; three-body formation by ``-E_b``.  Breaking a wide binary (or splitting
 a stable triple into its inner binary and outer star) needs ``|E_b|`` (``|E_outer|``), taken
 from the kinetic energy of the other stars of the block, at most
-:data:`physics.energy.TAKE_FRACTION` of it; anything left is booked as ``e_oops``.
+:data:`physics.energy.TAKE_FRACTION` of it.  What the block cannot pay is its debt
+(``debts``): the caller carries it outward through the following blocks, each paying at most
+the same fraction of its kinetic energy, across ranks (CMC-COSMIC's break_wide_binaries carries
+its E_excess outward star by star through every rank); only a caller that passes no ``debts``
+list books it as ``e_oops``.
 
 Units: Hénon (G = 1, M0 = 1); no MPI, no files.
 """
@@ -320,6 +324,8 @@ class _Block:
         self.ejected: list[tuple[dict, float, float]] = []
         #: per event placed: (its first input's slot, {slot: mass change}), in event order
         self.changes: list[tuple[int, dict[int, float]]] = []
+        #: energy the block's events needed and its rows could not give [Hénon energy]
+        self.owed = 0.0
 
     def row(self, i: int) -> dict:
         return self.rows[i - self.i0]
@@ -331,7 +337,7 @@ class _Block:
 
         Moving mass between the slots changes the shells' energy ``W`` by ``dW``; the products'
         speeds are scaled by one factor so that their kinetic energy changes by ``-dW``
-        (``e_slots``), or, if they have too little, stopped and the rest booked as ``e_oops``.
+        (``e_slots``), or, if they have too little, stopped and the rest owed by the block.
         A product then unbound from the cluster (``phi + v^2/2 >= 0`` in the potential of all
         other shells as they now are) leaves at once with that energy (``*_ejected``): its shell
         is never in the potential the orbits are drawn in, so the budget stays exact (removing
@@ -350,7 +356,7 @@ class _Block:
                 rec["vt"] *= f
             counts[C["e_slots"]] += -dw if k - dw >= 0.0 else k
             if k - dw < 0.0:
-                counts[C["e_oops"]] += dw - k
+                self.owed += dw - k
         products = list(products)
         ejected = True
         while ejected and products:
@@ -570,7 +576,7 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
     if e_outer < 0.0:
         taken, left = blk.take_energy(-e_outer, new_recs)
         counts[C["e_taken"]] += taken
-        counts[C["e_oops"]] += left
+        blk.owed += left
 
 
 def _three_body_draws(blk: _Block, states: np.ndarray) -> np.ndarray:
@@ -627,7 +633,7 @@ def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
     taken, left = blk.take_energy(-e_b, parts)
     counts[C["n_wide_broken"]] += 1
     counts[C["e_taken"]] += taken
-    counts[C["e_oops"]] += left
+    blk.owed += left
 
 
 def _integrate_one(state: fewbody.InitialState, settings: fewbody.EncounterSettings
@@ -662,7 +668,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
                  enc_phi: np.ndarray, enc_w: np.ndarray, formed: np.ndarray,
                  block_stats: np.ndarray, wide: np.ndarray, phys: BinaryPhysics,
                  integrate_all=None, ejected: list | None = None,
-                 block_segments: np.ndarray | None = None) -> tuple:
+                 block_segments: np.ndarray | None = None,
+                 debts: list | None = None) -> tuple:
     """Apply this step's encounters, three-body formations and wide-binary breaks.
 
     Parameters
@@ -694,6 +701,10 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
         Bounds of the blocks of each rank a serial emulation stands for (``[0, nblocks]``
         under MPI): the counters are then kept per segment, each summed in event order as
         that rank sums its own, shape (S, len(COUNT_NAMES)).
+    debts : list, optional
+        Receives ``(global block, energy)`` of each block that owes energy its own rows could
+        not give (to be carried outward, :func:`physics.energy.settle_debts`), in block order;
+        without it the debt is booked as ``e_oops`` of the block's rank.
 
     Returns
     -------
@@ -767,6 +778,14 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     if ejected is not None:
         for b in sorted(blocks):
             ejected.extend(blocks[b].ejected)
+    for b in sorted(blocks):
+        owed = blocks[b].owed
+        if owed > 0.0:
+            if debts is not None:
+                debts.append((offset // MIN_CHUNK + b, owed))
+            else:
+                seg_counts[int(np.searchsorted(bounds, b, side="right")) - 1,
+                           C["e_oops"]] += owed
     # assemble in one O(N) pass per field: the kept rows in their order, the touched rows'
     # new values written over them, the extra rows inserted at the end of their block
     keep = np.ones(n, dtype=bool)

@@ -158,6 +158,130 @@ def test_three_body_binaries_equal_serial_emulation(world):
     assert n3 == n3_ser >= 1
 
 
+def test_binary_debts_carried_across_ranks_equal_serial_emulation(world, monkeypatch):
+    """Energy that a binary event's block cannot pay is carried outward through the blocks
+    (issue 45, item 6): a wide binary breaks in rank 0's last block, whose objects are slowed
+    1000-fold, so its binding energy is paid by the blocks after it (on rank 1 when the sort
+    leaves the layout as it was); the P-rank run equals its serial emulation bit for bit,
+    E_oops does not get the energy and E_tot is conserved.  (The carrying across ranks itself:
+    test_take_deficit_carries_event_debts_across_ranks.)"""
+    import cmc.simulation as simulation
+    from parallel.decomposition import rank_bounds
+
+    p = world.size
+    first: list = []
+    settle_debts = simulation.settle_debts
+
+    def settle(debts, kinetic, fraction):
+        pay, left = settle_debts(debts, kinetic, fraction)
+        if not first:
+            first.append((debts.copy(), pay.copy()))
+        return pay, left
+
+    monkeypatch.setattr(simulation, "settle_debts", settle)
+    bound = int(rank_bounds(2000, p)[1]) if p > 1 else 1000  # rank 0's rows
+    row = bound - 15
+    sizes = []
+
+    def cold(sim):
+        """rank 0's last block slowed, a wide binary in it"""
+        if sim.offset <= row < sim.offset + sim.stars.n:
+            s = sim.stars
+            i = row - sim.offset
+            blk = slice(i - 5, i + 15)
+            s.vr[blk] *= 1e-3
+            s.vt[blk] *= 1e-3
+            m = float(s.m[i])
+            s.binind[i], s.bin_id1[i], s.bin_id2[i] = 10**6, 10**9, 10**9 + 1
+            s.bin_m1[i] = s.bin_m2[i] = 0.5 * m
+            s.bin_m1_msun[i] = s.bin_m2_msun[i] = 0.5 * float(s.m_msun[i])
+            s.bin_a[i], s.bin_e[i] = 0.05, 0.0
+            sizes.append(m * m / 4 / (2 * 0.05))
+
+    steps = 3
+    sim = Simulation.create(_cfg(0, binaries=0.1, steps=steps), world)
+    cold(sim)
+    e_start = sim.diagnostics(record=False)["E_tot"]
+    for _ in range(steps):
+        sim.step()
+    par = sim.gather_stars()
+    debts, pay = first[0] if first else (np.zeros(0), np.zeros(0))
+    par_diag = {k: np.asarray(v) for k, v in sim.history.items()}
+    e_b = world.allreduce(sum(sizes))
+    verdict = None
+    if world.rank == 0:
+        first.clear()
+        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=0.1, steps=steps),
+                                SerialComm())
+        cold(emu)
+        emu.diagnostics(record=False)
+        for _ in range(steps):
+            emu.step()
+        ser = emu.gather_stars()
+        ser_diag = {k: np.asarray(v) for k, v in emu.history.items()}
+        same = {k: bool(np.array_equal(par[k], ser[k])) for k in par}
+        rel = sorted(k for k in par_diag if par_diag[k].tobytes() != ser_diag[k].tobytes())
+        # what the binary's block owed in the first step, and what the blocks after it paid
+        owed = float(debts[row // 20])
+        paid_beyond = float(np.sum(pay[row // 20 + 1:]))
+        verdict = (same, rel, owed, paid_beyond, float(par_diag["E_oops"][1]),
+                   float(par_diag["E_taken"][1]),
+                   float(np.max(np.abs(par_diag["E_tot"][1:] / e_start - 1.0))))
+    same, rel, owed, paid_beyond, e_oops, e_taken, de = world.bcast(verdict, root=0)
+    assert all(same.values()), same
+    assert not rel, f"diagnostics differ: {rel}"
+    # (the block's encounters of this step gave it some kinetic energy to pay with)
+    assert owed >= 0.3 * e_b and paid_beyond >= owed
+    assert e_taken >= 0.99 * e_b and abs(e_oops) < 1e-3 * e_b
+    assert de < 1e-12
+
+
+def test_take_deficit_carries_event_debts_across_ranks(world):
+    """A debt of rank 0's last block larger than 0.8 of the kinetic energy of the next two
+    blocks is paid by rank 1's blocks (and further), each giving 0.8 of its kinetic energy by
+    one velocity factor; the P-rank result equals the serial emulation's bit for bit and the
+    kinetic energy drops by the debt (to rounding)."""
+    from parallel.decomposition import rank_bounds
+
+    p = world.size
+    bound = int(rank_bounds(2000, p)[1]) if p > 1 else 1000
+    last = bound // 20 - 1  # rank 0's last block
+
+    def run(sim, amount):
+        sim._take_deficit(np.zeros((sim.stars.n + 19) // 20), np.array([[float(last), amount]]))
+        return sim.gather_stars()
+
+    sim = Simulation.create(_cfg(0, binaries=0.1), world)
+    # the debt: 2.5 times what the two blocks after the last one of rank 0 hold
+    par0 = sim.gather_stars()
+    amount = None
+    if world.rank == 0:
+        v2 = par0["vr"] ** 2 + par0["vt"] ** 2
+        k_next = float(np.sum(0.5 * par0["m"][bound:bound + 40] * v2[bound:bound + 40]))
+        amount = 2.5 * k_next
+    amount = world.bcast(amount, root=0)
+    par = run(sim, amount)
+    verdict = None
+    if world.rank == 0:
+        emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=0.1), SerialComm())
+        ser = run(emu, amount)
+        same = {k: bool(np.array_equal(par[k], ser[k])) for k in ("vr", "vt", "r", "id")}
+
+        def kin(t, a, b):
+            return float(np.sum(0.5 * t["m"][a:b] * (t["vr"][a:b] ** 2 + t["vt"][a:b] ** 2)))
+
+        dk = kin(par0, 0, None) - kin(par, 0, None)
+        untouched = kin(par0, 0, bound) == kin(par, 0, bound)
+        next_two = kin(par, bound, bound + 40) / kin(par0, bound, bound + 40)
+        verdict = (same, dk / amount, untouched, next_two, emu.state.e_taken)
+    same, ratio, untouched, next_two, e_taken = world.bcast(verdict, root=0)
+    assert all(same.values()), same
+    assert ratio == pytest.approx(1.0, rel=1e-9)
+    assert untouched  # nothing is taken inside or before the block that owes
+    assert next_two == pytest.approx(0.2, rel=1e-9)  # each gave 80 %
+    assert e_taken == amount
+
+
 def test_escaper_table_equals_serial_emulation(world):
     """escapers.h5 of a P-rank run (tidal stripping, binaries, unbound escapers) equals the
     serial emulation's row for row and bit for bit."""
