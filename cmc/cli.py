@@ -391,6 +391,12 @@ def cmd_ic(args) -> int:
     out = Path(args.output)
     if not out.parent.is_dir():
         raise InputError(f"cannot write {out}: the directory {out.parent} does not exist")
+    if out.is_dir():
+        raise InputError(f"cannot write {out}: it is a directory (give a file name)")
+    if (out.exists() or out.is_symlink()) and not args.overwrite:
+        # it may be another model's initial conditions or a run's diagnostics.h5: never
+        # replace a file without being asked, as cmc run does with a run's folder
+        raise InputError(f"{out} exists: give another -o, or --overwrite to replace it")
     stars, info = build_initial_stars(cfg)
     setup_logging(0)
     if args.format == "cosmic":
@@ -515,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--w0", type=float)
     ic.add_argument("--set", action="append", metavar="initial.KEY=VALUE")
     ic.add_argument("-o", "--output", required=True)
+    ic.add_argument("--overwrite", action="store_true",
+                    help="replace the output file if it exists (else an existing file is "
+                    "refused)")
     ic.set_defaults(func=cmd_ic)
     cv = sub.add_parser("convert-ini", help="a CMC-COSMIC parameter file as ours (to stdout; "
                         "the parameters it cannot honour to stderr)")

@@ -58,6 +58,21 @@ def test_ic_roundtrip_and_bad_input(tmp_path):
     assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == 2
 
 
+def test_ic_refuses_to_overwrite_a_file(tmp_path, capsys):
+    """cmc ic -o FILE never replaces an existing file (another model's initial conditions, a
+    run's diagnostics.h5) unless --overwrite (issue 46, item 2: it did, silently, exit 0)."""
+    out = tmp_path / "diagnostics.h5"
+    out.write_bytes(b"a run's results")
+    assert main(["ic", "plummer", "--n", "100", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert str(out) in err and "--overwrite" in err, err
+    assert out.read_bytes() == b"a run's results"
+    assert main(["ic", "plummer", "--n", "100", "-o", str(out), "--overwrite"]) == 0
+    with h5py.File(out, "r") as fh:
+        assert fh["stars/r"].shape == (100,)
+
+
 def test_refuses_to_overwrite_a_run(tmp_path):
     ini = tmp_path / "m.ini"
     ini.write_text("[initial]\nn = 200\n[run]\nmax_steps = 2\n")
