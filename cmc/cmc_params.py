@@ -106,12 +106,36 @@ class Conversion:
         return "\n".join(head) + "\n" + cfg.to_ini()
 
 
-def _number(text: str) -> float:
-    return float(text.strip())
+class _NotANumber(ValueError):
+    """A CMC parameter whose value is not a number (reported with the file's name)."""
+
+    def __init__(self, key: str, text: str, what: str):
+        super().__init__(f"{key} = {text!r} is not {what}")
 
 
-def _flag(text: str) -> bool:
-    return int(float(text)) != 0
+def _number(text: str, key: str) -> float:
+    """The number ``text`` of CMC parameter ``key``."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise _NotANumber(key, text, "a number") from None
+
+
+def _whole(text: str, key: str) -> int:
+    """The integer ``text`` of ``key`` (CMC reads integers with atoi/strtol: ``1e3`` is
+    accepted here as 1000, ``2.5`` as 2, as before)."""
+    try:
+        return int(_number(text, key))
+    except OverflowError:  # int(inf)
+        raise _NotANumber(key, text, "a finite integer") from None
+
+
+def _flag(text: str, key: str) -> bool:
+    """A CMC switch: 0 off, any other integer on."""
+    try:
+        return _whole(text, key) != 0
+    except _NotANumber:
+        raise _NotANumber(key, text, "a switch (0 or 1)") from None
 
 
 def read_cmc_ini(path: str | Path) -> dict[str, dict[str, str]]:
@@ -139,9 +163,18 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
     Raises
     ------
     InputError
-        The file cannot be read or has no ``[cmc]`` section.
+        The file cannot be read, has no ``[cmc]`` section, or a parameter read as a number
+        or switch is not one (the message names the file and the parameter).
     """
     sections = read_cmc_ini(path)
+    try:
+        return _convert(path, sections)
+    except _NotANumber as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversion:
+    """The body of :func:`convert_cmc_ini` (raises :class:`_NotANumber`)."""
     cmc = dict(sections["cmc"])
     raw = dict(cmc)
     out = Conversion()
@@ -168,46 +201,50 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
             f = (Path(path).resolve().parent / f).resolve()
         put("INPUT_FILE", initial__model="file", initial__file=str(f))
     if (v := pop("IDUM")) is not None:
-        put("IDUM", initial__seed=str(abs(int(float(v)))))
+        put("IDUM", initial__seed=str(abs(_whole(v, "IDUM"))))
     perturb = pop("PERTURB")
     if (v := pop("RELAXATION")) is not None:
-        put("RELAXATION", run__relaxation="true" if _flag(v) else "false")
+        put("RELAXATION", run__relaxation="true" if _flag(v, "RELAXATION") else "false")
     if (v := pop("THETASEMAX")) is not None:
-        put("THETASEMAX", run__theta_max=str(_number(v)))
+        put("THETASEMAX", run__theta_max=str(_number(v, "THETASEMAX")))
     # CMC-COSMIC's time step is the minimum over windows of 2 AVEKERNEL stars (its
     # simul_relax_new; AVEKERNEL = 20 by default): the same 40-star windows here (our own
     # default is 20; docs/performance.md, "Time to solution").  Another AVEKERNEL is refused
     # below (the pairs' densities use 20 neighbours each side).
     kernel = cmc.get("AVEKERNEL")
-    if kernel is None or _number(kernel) == _FIXED["AVEKERNEL"][0]:
+    if kernel is None or _number(kernel, "AVEKERNEL") == _FIXED["AVEKERNEL"][0]:
         put("AVEKERNEL", run__dt_window=str(2 * _FIXED["AVEKERNEL"][0]))
     if (v := pop("CMC_GAMMA")) is not None:
-        put("CMC_GAMMA", run__gamma=str(_number(v)))
+        put("CMC_GAMMA", run__gamma=str(_number(v, "CMC_GAMMA")))
     # stops: CMC's decide; ours in t_rh0 is set out of the way
     ov["run.t_max"] = str(T_MAX_OUT_OF_THE_WAY)
     # absent, CMC's defaults apply (T_MAX = 100, T_MAX_PHYS = 13.8 Gyr)
-    put("T_MAX", run__t_max_code=str(_number(pop("T_MAX") or "100")))
-    put("T_MAX_PHYS", run__t_max_myr=str(1e3 * _number(pop("T_MAX_PHYS") or "13.8")))
+    put("T_MAX", run__t_max_code=str(_number(pop("T_MAX") or "100", "T_MAX")))
+    put("T_MAX_PHYS",
+        run__t_max_myr=str(1e3 * _number(pop("T_MAX_PHYS") or "13.8", "T_MAX_PHYS")))
     if (v := pop("T_MAX_COUNT")) is not None:
-        put("T_MAX_COUNT", run__max_steps=str(int(float(v))))
+        put("T_MAX_COUNT", run__max_steps=str(_whole(v, "T_MAX_COUNT")))
     if (v := pop("MAX_WCLOCK_TIME")) is not None:
-        put("MAX_WCLOCK_TIME", run__max_wall_hours=str(_number(v) / 3600.0))
+        put("MAX_WCLOCK_TIME", run__max_wall_hours=str(_number(v, "MAX_WCLOCK_TIME") / 3600.0))
     if (v := pop("TERMINAL_ENERGY_DISPLACEMENT")) is not None:
-        put("TERMINAL_ENERGY_DISPLACEMENT", run__energy_error_max=str(_number(v)))
+        put("TERMINAL_ENERGY_DISPLACEMENT",
+            run__energy_error_max=str(_number(v, "TERMINAL_ENERGY_DISPLACEMENT")))
     if (v := pop("STOPATCORECOLLAPSE")) is not None:
-        put("STOPATCORECOLLAPSE", run__n_core_stop="100" if _flag(v) else "0")
+        put("STOPATCORECOLLAPSE", run__n_core_stop="100" if _flag(v, "STOPATCORECOLLAPSE") else "0")
     else:
         ov["run.n_core_stop"] = "0"  # CMC's default: no stop at core collapse
     if (v := pop("CHECKPOINT_INTERVAL")) is not None:
-        put("CHECKPOINT_INTERVAL", output__checkpoint_minutes=str(_number(v) / 60.0))
+        put("CHECKPOINT_INTERVAL",
+            output__checkpoint_minutes=str(_number(v, "CHECKPOINT_INTERVAL") / 60.0))
     if (v := pop("CHECKPOINTS_TO_KEEP")) is not None:
-        put("CHECKPOINTS_TO_KEEP", output__checkpoints_to_keep=str(int(float(v))))
+        put("CHECKPOINTS_TO_KEEP",
+            output__checkpoints_to_keep=str(_whole(v, "CHECKPOINTS_TO_KEEP")))
     if (v := pop("SAMPLESIZE")) is not None:
-        put("SAMPLESIZE", run__sample_size=str(int(float(v))))
+        put("SAMPLESIZE", run__sample_size=str(_whole(v, "SAMPLESIZE")))
     if (v := pop("MASS_PC")) is not None:
         put("MASS_PC", output__lagrange_fractions=v)
     if (v := pop("SNAPSHOT_DELTACOUNT")) is not None:
-        put("SNAPSHOT_DELTACOUNT", output__snapshot_every=str(int(float(v))))
+        put("SNAPSHOT_DELTACOUNT", output__snapshot_every=str(_whole(v, "SNAPSHOT_DELTACOUNT")))
     for key in ("SNAPSHOT_WINDOWS", "SNAPSHOT_WINDOW_UNITS"):
         if (v := pop(key)) is not None:
             out.not_honoured.append((key, v, "snapshots in windows of physical time are not "
@@ -218,45 +255,46 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
                                  "Lagrange radius)"))
     # tidal field: CMC strips in a point-mass galaxy with R_t from the input file's RTID
     if (v := pop("TIDALLY_STRIP_STARS")) is not None:
-        if _flag(v):
+        if _flag(v, "TIDALLY_STRIP_STARS"):
             put("TIDALLY_STRIP_STARS", tidal__mode="shrinking", tidal__r_t0_from="model")
         else:
             put("TIDALLY_STRIP_STARS", tidal__mode="isolated")
     # binaries
     if (v := pop("BINBIN")) is not None:
-        put("BINBIN", binaries__binary_binary="true" if _flag(v) else "false")
+        put("BINBIN", binaries__binary_binary="true" if _flag(v, "BINBIN") else "false")
     if (v := pop("BINSINGLE")) is not None:
-        put("BINSINGLE", binaries__binary_single="true" if _flag(v) else "false")
+        put("BINSINGLE", binaries__binary_single="true" if _flag(v, "BINSINGLE") else "false")
     three = pop("THREEBODYBINARIES")
     only_bh = pop("ONLY_FORM_BH_THREEBODYBINARIES")
     if three is not None or only_bh is not None:
-        on = _flag(three) if three is not None else True
-        bh = _flag(only_bh) if only_bh is not None else True
+        on = _flag(three, "THREEBODYBINARIES") if three is not None else True
+        bh = _flag(only_bh, "ONLY_FORM_BH_THREEBODYBINARIES") if only_bh is not None else True
         put("THREEBODYBINARIES" if three is not None else "ONLY_FORM_BH_THREEBODYBINARIES",
             binaries__three_body="off" if not on else ("bh" if bh else "all"))
     if (v := pop("BH_AVEKERNEL")) is not None:
-        put("BH_AVEKERNEL", binaries__three_body_neighbours=str(int(float(v))))
+        put("BH_AVEKERNEL", binaries__three_body_neighbours=str(_whole(v, "BH_AVEKERNEL")))
     hardness = pop("MIN_BINARY_HARDNESS")
     if hardness is not None:
-        put("MIN_BINARY_HARDNESS", binaries__eta_min=str(_number(hardness)))
+        put("MIN_BINARY_HARDNESS", binaries__eta_min=str(_number(hardness, "MIN_BINARY_HARDNESS")))
     breaking_min = pop("BINARY_BREAKING_MIN")
     distance = pop("BINARY_DISTANCE_BREAKING")
-    if breaking_min is not None and _flag(breaking_min):
+    if breaking_min is not None and _flag(breaking_min, "BINARY_BREAKING_MIN"):
         put("BINARY_BREAKING_MIN", binaries__wide_factor="0",
-            binaries__wide_hardness_min=str(_number(hardness or "5")))
+            binaries__wide_hardness_min=str(_number(hardness or "5", "MIN_BINARY_HARDNESS")))
         if distance is not None:
             out.not_honoured.append(("BINARY_DISTANCE_BREAKING", distance,
                                      "unused with BINARY_BREAKING_MIN = 1"))
     elif distance is not None:
-        put("BINARY_DISTANCE_BREAKING", binaries__wide_factor=str(_number(distance)))
-    if perturb is not None and not _flag(perturb):
+        put("BINARY_DISTANCE_BREAKING",
+            binaries__wide_factor=str(_number(distance, "BINARY_DISTANCE_BREAKING")))
+    if perturb is not None and not _flag(perturb, "PERTURB"):
         # no dynamics at all: this wins over the relaxation and binary switches above
         put("PERTURB", run__relaxation="false", binaries__binary_single="false",
             binaries__binary_binary="false", binaries__three_body="off")
     # switches that are fine off, fixed values, bookkeeping
-    collisions = (v := cmc.get("SS_COLLISION")) is not None and _flag(v)
+    collisions = (v := cmc.get("SS_COLLISION")) is not None and _flag(v, "SS_COLLISION")
     for key, why in _OFF_OR_UNSUPPORTED.items():
-        if (v := pop(key)) is not None and _flag(v):
+        if (v := pop(key)) is not None and _flag(v, key):
             out.not_honoured.append((key, v, why))
     for key, what in _RADIUS_FACTORS.items():
         if (v := pop(key)) is not None:
@@ -265,7 +303,7 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
             else:
                 out.ignored.append((key, v, f"{what}, used only with SS_COLLISION = 1"))
     for key, (ours, why) in _FIXED.items():
-        if (v := pop(key)) is not None and _number(v) != ours:
+        if (v := pop(key)) is not None and _number(v, key) != ours:
             out.not_honoured.append((key, v, why))
     for key, why in _NO_EFFECT.items():
         if (v := pop(key)) is not None:
@@ -277,7 +315,7 @@ def convert_cmc_ini(path: str | Path) -> Conversion:
             continue
         if sec == "bse":
             se = items.get("STELLAR_EVOLUTION", "0")
-            if _flag(se):
+            if _flag(se, "[bse] STELLAR_EVOLUTION"):
                 out.not_honoured.append(("STELLAR_EVOLUTION", se,
                                          _OFF_OR_UNSUPPORTED["STELLAR_EVOLUTION"]))
             for key, v in items.items():

@@ -138,6 +138,28 @@ def test_not_a_cmc_file(tmp_path):
     assert main(["convert-ini", str(tmp_path / "missing.ini")]) == 2
 
 
+@pytest.mark.parametrize("line, key", [
+    ("T_MAX = abc", "T_MAX"), ("BINBIN = maybe", "BINBIN"), ("IDUM = x1", "IDUM"),
+    ("T_MAX_COUNT = 1e400", "T_MAX_COUNT"), ("AVEKERNEL = twenty", "AVEKERNEL"),
+    ("TIDAL_CAPTURE = yes", "TIDAL_CAPTURE"),
+])
+def test_non_numeric_values_are_one_line_errors(tmp_path, capsys, line, key):
+    """A value read as a number or switch that is not one: exit 2, one line naming the file
+    and the parameter (issue 46, item 6: exit 1, 'could not convert string to float')."""
+    ini = tmp_path / "cmc.ini"
+    ini.write_text(f"[cmc]\nTHETASEMAX = 1.412\n{line}\n")
+    with pytest.raises(InputError, match=key):
+        convert_cmc_ini(ini)
+    capsys.readouterr()
+    assert main(["convert-ini", str(ini)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert lines[0].startswith("cmc: error: ") and str(ini) in lines[0], lines[0]
+    assert f"{key} = " in lines[0], lines[0]
+
+
 def test_cli_two_commands_from_cosmic_and_cmc_files(tmp_path):
     """The README's workflow: a COSMIC file and a CMC parameter file, two commands."""
     table = pytest.importorskip("cosmic.sample.initialcmctable").InitialCMCTable
