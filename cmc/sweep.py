@@ -38,10 +38,11 @@ Running a sweep again
     checkpoint is cleared and the model started afresh; a model that failed (a physics
     failure recorded in its checkpoint) is skipped and reported failed again, since it would
     fail the same way (remove its folder to run it again); a model whose folder another
-    command holds is reported ``busy`` and left alone.  An exception in one model (bad
-    parameter, unreadable initial conditions, full disk) is recorded as that model's failure
-    and the group takes the next model.  On SIGTERM/SIGINT the running models stop with a
-    checkpoint and no group takes another model.
+    command holds is reported ``busy`` and left alone.  Every model's parameters are
+    validated before any model runs: a value that :mod:`cmc.config` refuses refuses the whole
+    sweep (exit 2).  An exception in one model (unreadable initial conditions, full disk) is
+    recorded as that model's failure and the group takes the next model.  On SIGTERM/SIGINT
+    the running models stop with a checkpoint and no group takes another model.
 
 Summary
     ``OUT/summary.json`` and ``OUT/summary.tsv`` are rebuilt from every ``result.json`` present
@@ -53,7 +54,7 @@ Summary
 
 Exit status of ``cmc sweep``: 0 when every model it looked at is finished, 3 when any failed,
 else 75 (some model is resumable or was not reached: run the same command again), 2 for a
-bad sweep file, ``--index`` or output folder.
+bad sweep file (a value that any model refuses included), ``--index`` or output folder.
 """
 
 from __future__ import annotations
@@ -164,6 +165,27 @@ def read_sweep(path: str | Path) -> tuple[Path, int, list[dict[str, str]]]:
             raise ConfigError("sweep.mode: list needs the same number of values for every key")
         combos = list(zip(*vals))
     return base, rpm, [dict(zip(keys, c)) for c in combos]
+
+
+def check_models(path: str | Path, base: Path, models: list[dict[str, str]]) -> None:
+    """Validate every model's parameters before any model runs.
+
+    A value that :mod:`cmc.config` refuses (``initial.n = -5``) is a mistake in the sweep
+    file: the whole grid is refused (exit 2) rather than run with that model recorded as a
+    failure, which a batch script would read as a physics failure (exit 3) after the other
+    models' hours.
+
+    Raises
+    ------
+    ConfigError
+        Naming the sweep file, the model and the key.
+    """
+    for i, model in enumerate(models):
+        try:
+            load_config(str(base), [f"{k}={v}" for k, v in model.items()])
+        except ConfigError as exc:
+            values = ", ".join(f"{k} = {v}" for k, v in model.items())
+            raise ConfigError(f"{path}: model {i} ({values}): {exc}") from None
 
 
 def _model_name(i: int, model: dict[str, str]) -> str:
@@ -638,6 +660,7 @@ def run_sweep(path: str | Path, world: Any, output: str | Path | None = None,
         raise ConfigError(f"sweep --index {index}: out of range; {path} has {n} model(s), "
                           f"valid indices are 0 to {n - 1}")
     load_config(str(base))  # a bad base file is bad input for the whole sweep
+    check_models(path, base, models)
     size, rank = world.Get_size(), world.Get_rank()
     outdir = Path(output or Path("runs") / Path(path).stem)
     err = None

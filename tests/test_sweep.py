@@ -92,27 +92,44 @@ def test_sweep_continues_stopped_and_killed_models(tmp_path):
 
 
 def test_sweep_records_failed_models_and_finishes_the_others(tmp_path):
-    # 1: n below the minimum (ConfigError); 2: missing initial conditions (fails in set-up);
-    # 3: a physics failure (energy error) recorded in its checkpoint
-    sweep = _sweep(tmp_path, "initial.n = 300, 10, 300, 300\n"
-                             "initial.model = plummer, plummer, file, plummer\n"
-                             f"initial.file = x, x, {tmp_path / 'missing.h5'}, x\n"
-                             "run.energy_error_max = 0.05, 0.05, 0.05, 1e-30\n")
+    # 1: missing initial conditions (fails in set-up); 2: a physics failure (energy error)
+    # recorded in its checkpoint.  (A parameter value that the configuration refuses refuses
+    # the whole sweep: test_sweep_refuses_a_bad_value_before_any_model_runs.)
+    sweep = _sweep(tmp_path, "initial.model = plummer, file, plummer\n"
+                             f"initial.file = x, {tmp_path / 'missing.h5'}, x\n"
+                             "run.energy_error_max = 0.05, 0.05, 1e-30\n")
     out = tmp_path / "out"
     assert run_sweep(sweep, SerialComm(), out) == 3
     rows = _summary(out)
-    assert [r["status"] for r in rows] == ["finished", "failed", "failed", "failed"]
-    assert rows[1]["stop_reason"].startswith("ConfigError: ") and "initial.n" in \
-        rows[1]["stop_reason"]
-    assert "missing.h5" in rows[2]["stop_reason"]
-    assert rows[3]["stop_reason"] == "energy_error" and rows[3]["steps"] == 1
+    assert [r["status"] for r in rows] == ["finished", "failed", "failed"]
+    assert "missing.h5" in rows[1]["stop_reason"]
+    assert rows[2]["stop_reason"] == "energy_error" and rows[2]["steps"] == 1
     # a rerun skips the finished model and the one that failed in its run (it would fail the
-    # same way); the others have nothing to resume and are tried again
+    # same way); the other has nothing to resume and is tried again
     assert run_sweep(sweep, SerialComm(), out) == 3
     rows = _summary(out)
-    assert [r["status"] for r in rows] == ["finished", "failed", "failed", "failed"]
-    assert [r["skipped"] for r in rows] == [True, False, False, True]
-    assert rows[3]["stop_reason"] == "energy_error" and rows[3]["steps"] == 1
+    assert [r["status"] for r in rows] == ["finished", "failed", "failed"]
+    assert [r["skipped"] for r in rows] == [True, False, True]
+    assert rows[2]["stop_reason"] == "energy_error" and rows[2]["steps"] == 1
+
+
+@pytest.mark.parametrize("values, mode, words", [
+    ("initial.n = 400, -5\n", "grid", ("model 1", "initial.n = -5", "initial.n: -5")),
+    ("initial.seed = 1, 2\nrun.theta_max = 1, 7\n", "grid", ("model 1", "run.theta_max")),
+    ("initial.seed = 1, 2\ninitial.w0 = 5, x\n", "list", ("model 1", "initial.w0")),
+])
+def test_sweep_refuses_a_bad_value_before_any_model_runs(tmp_path, capsys, values, mode,
+                                                          words):
+    """A value that any model of the grid would refuse refuses the sweep: exit 2, one line
+    naming the model and the key, no model run and no folder written (issue 46, item 8: the
+    other models ran, the bad one was recorded failed and the sweep exited 3)."""
+    sweep, out = _sweep(tmp_path, values, mode), tmp_path / "out"
+    assert _cli(["sweep", str(sweep), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("cmc: error")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert str(sweep) in lines[0] and all(w in lines[0] for w in words), lines[0]
+    assert not out.exists()
 
 
 def test_sweep_starts_a_damaged_model_afresh(tmp_path, capsys):
