@@ -291,6 +291,12 @@ class Config:
                                         and ini.model == "king"):
             raise ConfigError("initial.r_vir_pc: 0 (tidally filling) needs initial.model = "
                               "king, tidal.mode fixed or shrinking and tidal.r_t0_from = orbit")
+        if ini.model != "file" and self.run.gamma * ini.n <= 1.0:
+            # the clock's unit t_NB N0 / ln(gamma N0) needs a positive logarithm (a file's
+            # N0 is checked when it is read: cmc.initial.check_file_objects)
+            raise ConfigError(f"run.gamma: ln(gamma N) must be positive, but run.gamma * "
+                              f"initial.n = {self.run.gamma * ini.n:g} (raise run.gamma or "
+                              "initial.n)")
         if -1.0 < self.run.n_core_stop < 0.0:
             raise ConfigError("run.n_core_stop: must be -1 (auto), 0 (off) or positive")
         if self.run.dt_window % 20:

@@ -39,6 +39,7 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     if ini.model == "file":
         stars, attrs = read_snapshot(ini.file)
         n = stars["r"].size
+        check_file_objects(n, ini.file, cfg.run.gamma)
         check_file_radii(stars, ini.file)
         if "time_unit" not in attrs:
             # a cmc snapshot is in the units of the run that wrote it (M < 1 after escapes);
@@ -96,6 +97,7 @@ def _cosmic_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
 
     path = cfg.initial.file
     stars, info = read_cosmic(path)
+    check_file_objects(stars["r"].size, path, cfg.run.gamma)
     check_file_radii(stars, path)
     validate_stars(stars, path)
     if not in_nbody_units(stars):
@@ -162,6 +164,25 @@ def physical_scale(cfg: Config, info: dict, m_total: float) -> tuple[float, floa
 HENON_TOL = 1e-6
 #: A star this many times the median radius out cannot belong to the cluster.
 R_FAR = 1e6
+
+
+def check_file_objects(n: int, where: str, gamma: float) -> None:
+    """Refuse an initial-conditions file with too few objects for a run.
+
+    A run needs at least :data:`cmc.simulation.MIN_OBJECTS` objects (40, as ``initial.n``
+    for drawn models; below it a run counts as dissolved): with fewer the time step comes
+    from one or two 20-star windows and is absurd (a bound 20-star file made one step of
+    5e4 t_rh0), and the Coulomb logarithm ln(gamma N0) of the clock can be zero or negative.
+    """
+    from cmc.simulation import MIN_OBJECTS
+
+    if n < MIN_OBJECTS:
+        raise InputError(f"{where}: {n} object(s); a run needs at least {MIN_OBJECTS} (as "
+                         "initial.n for drawn models)")
+    if gamma * n <= 1.0:
+        raise InputError(f"{where}: {n} objects with run.gamma = {gamma:g}: the Coulomb "
+                         f"logarithm ln(gamma N0) = ln({gamma * n:g}) must be positive (raise "
+                         "run.gamma or use more objects)")
 
 
 def check_file_radii(stars: dict[str, np.ndarray], where: str) -> None:

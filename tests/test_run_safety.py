@@ -326,6 +326,64 @@ def test_bad_initial_conditions_are_one_line_errors(tmp_path, capsys, edit, word
     assert words in line and "ic.h5" in line, line
 
 
+def _tiny_file(tmp_path: Path, kind: str) -> Path:
+    """Initial conditions with too few objects for a run: two bound stars, ten objects of
+    which three are binaries, a bound 20-star cluster."""
+    from cmc.config import load_config
+    from cmc.initial import build_initial_stars
+    from cmc.io import write_snapshot
+
+    path = tmp_path / "tiny.h5"
+    if kind == "2 stars":
+        stars = {"id": np.arange(2), "m": np.full(2, 0.5), "r": np.array([0.5, 1.0]),
+                 "vr": np.zeros(2), "vt": np.array([0.3, 0.2])}
+    else:
+        binaries = kind == "10 objects, 3 binaries"
+        cfg = load_config(None, ["initial.n=200", "initial.seed=3"]
+                          + (["initial.binary_fraction=0.3"] if binaries else []))
+        stars, _ = build_initial_stars(cfg)
+        if binaries:  # the seven innermost singles and three binaries
+            singles = np.flatnonzero(stars["binind"] < 0)[:7]
+            rows = np.sort(np.concatenate([singles, np.flatnonzero(stars["binind"] >= 0)[:3]]))
+            stars = {k: v[rows] for k, v in stars.items()}
+            stars["binind"] = np.where(stars["binind"] >= 0, np.cumsum(stars["binind"] >= 0)
+                                       - 1, -1)
+        else:
+            stars = {k: v[:20] for k, v in stars.items()}
+        for k in ("vr", "vt"):  # bound, as a cluster of its own (2K/|W| about 0.3)
+            stars[k] = 0.3 * stars[k]
+    write_snapshot(path, stars)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["2 stars", "10 objects, 3 binaries", "20 stars"])
+def test_tiny_initial_files_are_one_line_errors(tmp_path, capsys, kind):
+    """A file with fewer objects than a run needs (40, initial.n's minimum) is bad input:
+    exit 2, one line naming the file (issue 46, item 4: exit 1, 'internal error: ValueError:
+    units: ln(gamma N0) must be positive'; item 3: a bound 20-star file ran, one step of
+    5e4 t_rh0)."""
+    f = _tiny_file(tmp_path, kind)
+    ini = _ini(tmp_path, f"[initial]\nmodel = file\nfile = {f.name}\n[run]\nmax_steps = 2\n")
+    assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == EXIT_INPUT
+    line = _one_error_line(capsys.readouterr().err)
+    assert "tiny.h5" in line and "at least 40" in line, line
+
+
+def test_coulomb_logarithm_must_be_positive(tmp_path, capsys):
+    """ln(gamma N0) <= 0 (40 stars with gamma = 0.01) is a parameter error naming run.gamma
+    (issue 46, item 4: exit 1, 'internal error: ValueError: units: ...')."""
+    ini = _ini(tmp_path, "[initial]\nn = 50\n[run]\ngamma = 0.01\nmax_steps = 2\n")
+    assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == EXIT_INPUT
+    assert "run.gamma" in _one_error_line(capsys.readouterr().err)
+    # a file of enough objects, run with that gamma: the file's N0 is checked when it is read
+    f = _ic_file(tmp_path)
+    ini = _ini(tmp_path, f"[initial]\nmodel = file\nfile = {f.name}\n[run]\ngamma = 0.005\n"
+                         "max_steps = 2\n", name="f.ini")
+    assert main(["run", str(ini), "-o", str(tmp_path / "o2")]) == EXIT_INPUT
+    line = _one_error_line(capsys.readouterr().err)
+    assert "ic.h5" in line and "run.gamma" in line, line
+
+
 def test_initial_file_is_relative_to_the_parameter_file(tmp_path, monkeypatch):
     sub = tmp_path / "models"
     sub.mkdir()
