@@ -251,13 +251,20 @@ def validate_stars(stars: dict[str, np.ndarray], where: str) -> None:
             raise InputError(f"{where}: star and binary member ids are not unique")
 
 
+def _name_key(name: str | bytes) -> bytes:
+    """Sort key of an HDF5 attribute or link name.  h5py returns a name that is not valid
+    UTF-8 (a damaged file) as bytes, which cannot be compared with the others' str; as bytes
+    all compare, and valid names keep their order (UTF-8 preserves code-point order)."""
+    return name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
+
+
 def content_digest(fh: h5py.File) -> str:
     """SHA-256 of every dataset (name, dtype, shape, bytes) and attribute of the file except
     the root attribute ``sha256`` itself, in a fixed (sorted) order."""
     h = hashlib.sha256()
 
     def attrs(obj) -> None:
-        for k in sorted(obj.attrs):
+        for k in sorted(obj.attrs, key=_name_key):
             if obj.name == "/" and k == "sha256":
                 continue
             v = np.asarray(obj.attrs[k])
@@ -266,7 +273,7 @@ def content_digest(fh: h5py.File) -> str:
 
     def visit(group) -> None:
         attrs(group)
-        for name in sorted(group):
+        for name in sorted(group, key=_name_key):
             obj = group[name]
             if isinstance(obj, h5py.Group):
                 visit(obj)
@@ -474,23 +481,18 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
     except OSError as exc:
         raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
     with fh:
-        version = int(fh.attrs.get("format_version", 0))
-        if version != FORMAT_VERSION:
-            raise InputError(f"checkpoint {path} has format version {version}; this cmc reads "
-                             f"version {FORMAT_VERSION} (finish the run with the cmc version "
-                             "that wrote it)")
-        for g in ("stars", "state", "streams"):
-            if g not in fh:
-                raise InputError(f"checkpoint {path} is damaged: group '{g}' is missing")
-        if "sha256" not in fh.attrs:
-            raise InputError(f"checkpoint {path} is damaged: it has no checksum")
         try:
-            digest = content_digest(fh)
-        except (OSError, KeyError, ValueError) as exc:
-            raise InputError(f"checkpoint {path} is damaged: {exc}") from None
-        if digest != fh.attrs["sha256"]:
-            raise InputError(f"checkpoint {path} is damaged: checksum mismatch (the content "
-                             "changed after it was written)")
+            _verify_checksum(fh, path)
+        except InputError:
+            raise
+        except Exception as exc:
+            # until the checksum matches, every byte read may be damaged, and HDF5 and h5py
+            # report damaged metadata by many exception types (RuntimeError "bad version
+            # number for attribute message", OSError, KeyError, TypeError from names that are
+            # not UTF-8 ...): all of them mean a damaged file, never a bug of the run
+            raise InputError(f"checkpoint {path} is damaged: unreadable HDF5 metadata "
+                             f"({type(exc).__name__}: {exc})") from None
+        # from here on the content is as written (checksum): an error is a bug, not damage
         stars = read_star_group(fh["stars"])
         state = dict(fh["state"].attrs)
         states = fh["streams/states"][...] if "states" in fh["streams"] else None
@@ -509,6 +511,25 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
         if np.any(w < lo) or np.any(w > 0xFFFFFFFF):
             raise InputError(f"checkpoint {path} is damaged: random-stream word {c} holds "
                              "an invalid lfsr113 state")
+
+
+def _verify_checksum(fh: h5py.File, path: str | os.PathLike) -> None:
+    """The format version, groups and checksum of an open checkpoint (:func:`verify_checkpoint`);
+    raises :class:`InputError` for a mismatch, and whatever HDF5 raises for damaged
+    metadata."""
+    version = int(fh.attrs.get("format_version", 0))
+    if version != FORMAT_VERSION:
+        raise InputError(f"checkpoint {path} has format version {version}; this cmc reads "
+                         f"version {FORMAT_VERSION} (finish the run with the cmc version "
+                         "that wrote it)")
+    for g in ("stars", "state", "streams"):
+        if g not in fh:
+            raise InputError(f"checkpoint {path} is damaged: group '{g}' is missing")
+    if "sha256" not in fh.attrs:
+        raise InputError(f"checkpoint {path} is damaged: it has no checksum")
+    if content_digest(fh) != fh.attrs["sha256"]:
+        raise InputError(f"checkpoint {path} is damaged: checksum mismatch (the content "
+                         "changed after it was written)")
 
 
 def read_checkpoint(path: str | os.PathLike):

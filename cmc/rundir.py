@@ -92,7 +92,9 @@ def run_status(outdir: str | os.PathLike) -> RunStatus:
                 st = fh["state"].attrs
                 step, reason = int(st["step"]), str(st["stop_reason"])
             break
-        except (OSError, KeyError, ValueError):
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+            # h5py reports damaged metadata by any of these (RuntimeError "bad version
+            # number for attribute message", TypeError from names that are not UTF-8 ...)
             continue
     else:
         return RunStatus("damaged")
