@@ -230,7 +230,11 @@ def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversio
         put("TERMINAL_ENERGY_DISPLACEMENT",
             run__energy_error_max=str(_number(v, "TERMINAL_ENERGY_DISPLACEMENT")))
     if (v := pop("STOPATCORECOLLAPSE")) is not None:
-        put("STOPATCORECOLLAPSE", run__n_core_stop="100" if _flag(v, "STOPATCORECOLLAPSE") else "0")
+        # CMC stops on N_core <= 100 alone (cmc_utils.c); here the median over 10 steps
+        if _flag(v, "STOPATCORECOLLAPSE"):
+            put("STOPATCORECOLLAPSE", run__n_core_stop="100", run__rc_rh_drop="1")
+        else:
+            put("STOPATCORECOLLAPSE", run__n_core_stop="0")
     else:
         ov["run.n_core_stop"] = "0"  # CMC's default: no stop at core collapse
     if (v := pop("CHECKPOINT_INTERVAL")) is not None:

@@ -99,10 +99,15 @@ class RunConfig:
     max_wall_hours: float = _p(0.0, "h", "stop (with a checkpoint) after this wall time of one "
                                "invocation (run or restart); 0: off",
                                lo=0.0)
-    n_core_stop: float = _p(-1.0, "stars", "core collapse: stop when N_core falls below this; "
-                            "0: off; -1: 100 for a run that cannot form binaries, off for one "
-                            "that can (binaries present, or binaries.three_body = all)",
-                            lo=-1.0)
+    n_core_stop: float = _p(-1.0, "stars", "core collapse: stop when N_core, the median over "
+                            "the last 10 steps, falls below this (and r_c/r_h has fallen by "
+                            "run.rc_rh_drop); 0: off; -1: 100 for a run that cannot form "
+                            "binaries, off for one that can (binaries present, or "
+                            "binaries.three_body = all)", lo=-1.0)
+    rc_rh_drop: float = _p(10.0, "", "the N_core stop also needs r_c/r_h (the median over the "
+                           "last 10 steps) below its initial value over this factor: at small "
+                           "N, N_core < 100 holds long before the collapse; 1: N_core alone "
+                           "(CMC)", lo=1.0)
     rc_stop_fraction: float = _p(0.0, "r_c0", "stop when r_c < this * initial r_c; 0: off",
                                  lo=0.0, hi=1.0)
     energy_error_max: float = _p(0.05, "", "stop when |E - E0|/|E0| exceeds this", lo=0.0,

@@ -167,6 +167,12 @@ DT_TCROSS_WARN = 0.5
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
 #: that count events).
 EVENT_COUNTS = enc.COUNT_NAMES[:9] + ("n_ejected",)
+#: Recorded steps over which N_core and r_c/r_h are median-smoothed for the core-collapse stop
+#: (``core_collapse_ncore``): N_core of a core of ~100 stars fluctuates by 10-20 % from one
+#: step to the next (144, 120, 96 in three steps of a 2000-star run), and one low value stopped
+#: the run.  Deep in the collapse the steps are short: at N = 1e4 the median crosses 100
+#: about 0.03 t_rh0 (a few hundred steps) after the first raw value does.
+CORE_STOP_WINDOW = 10
 
 
 @dataclass
@@ -216,6 +222,13 @@ class RunState:
     #: so that a run's state can be written back as initial conditions (cmc ic --format cosmic)
     r_tidal_model: float = 0.0
     metallicity: float = 0.0
+    #: initial half-mass radius [Hénon length] (0 in checkpoints of older versions: derived
+    #: from t_rh0 and m0 on restart), for the core-collapse stop's r_c/r_h
+    r_h0: float = 0.0
+    #: JSON list of [N_core, r_c/r_h] of the last :data:`CORE_STOP_WINDOW` recorded steps
+    #: (the core-collapse stop's medians; kept here so that a restart stops where an unbroken
+    #: run does)
+    core_window: str = "[]"
     #: tidal stripping: energy, mass and number carried away; mass stripped last step
     e_stripped: float = 0.0
     m_stripped: float = 0.0
@@ -347,6 +360,7 @@ class Simulation:
         state.e0 = d["E_tot"]
         state.t_rh0 = 0.138 * d["r_h"] ** 1.5 / math.sqrt(d["M"])
         state.r_c0 = d["r_c"]
+        state.r_h0 = d["r_h"]
         sim.diagnostics(record=True)
         return sim
 
@@ -388,6 +402,8 @@ class Simulation:
         state = RunState(**{f.name: st[f.name] for f in fields(RunState) if f.name in st})
         if "r_t0" not in st:
             _legacy_scale(state, cfg, glob_scale)
+        if "r_h0" not in st:  # t_rh0 = 0.138 r_h0^1.5 / sqrt(M0) (Simulation.create)
+            state.r_h0 = (state.t_rh0 * math.sqrt(state.m0) / 0.138) ** (2.0 / 3.0)
         stopped = state.stop_reason
         state.stop_reason = ""
         if overrides:
@@ -1389,6 +1405,10 @@ class Simulation:
                 self.history.setdefault(key, []).append(v)
             self.last = d
             self.n_rows += 1
+            window = json.loads(st.core_window)[-(CORE_STOP_WINDOW - 1):]
+            window.append([float(d["N_core"]),
+                           float(d["r_c"] / d["r_h"]) if d["r_h"] > 0 else 0.0])
+            st.core_window = json.dumps(window)  # (repr of floats: every bit round-trips)
         return d
 
     # ------------------------------------------------------------------ output
@@ -1576,10 +1596,34 @@ class Simulation:
         # (:func:`cmc.initial.build_initial_stars`)
         return 0.0 if self.stars.has_binary_fields else 100.0
 
+    def core_collapsed(self, d: dict) -> bool:
+        """Whether the core-collapse stop holds (``core_collapse_ncore``).
+
+        The median of N_core over the last :data:`CORE_STOP_WINDOW` recorded steps is below
+        :meth:`core_stop`, and the median of r_c/r_h over the same steps is below its initial
+        value over ``run.rc_rh_drop`` (docs/method.md, "Core collapse").  The medians keep one
+        low N_core of a noisy core from stopping the run; the fall of r_c/r_h keeps a small
+        cluster, whose N_core is below 100 long before its core collapses (a 2000-star King
+        model at 2.5 t_rh0: r_c/r_h 0.24, initially 0.40, its collapse near 5.5), running
+        to the collapse.  ``d`` is the latest recorded row (the window's last; a checkpoint of
+        an older version has no window: ``d`` alone).
+        """
+        n_core_stop = self.core_stop()
+        if n_core_stop <= 0:
+            return False
+        window = json.loads(self.state.core_window)
+        if not window:
+            window = [[d["N_core"], d["r_c"] / d["r_h"] if d["r_h"] > 0 else 0.0]]
+        n_core, rc_rh = np.median(np.asarray(window, dtype=np.float64), axis=0)
+        if not n_core < n_core_stop:
+            return False
+        drop = self.cfg.run.rc_rh_drop
+        st = self.state
+        return bool(drop <= 1.0 or st.r_h0 <= 0.0 or rc_rh * drop < st.r_c0 / st.r_h0)
+
     def _stop_reason(self, d: dict) -> str:
         c = self.cfg.run
-        n_core_stop = self.core_stop()
-        if n_core_stop > 0 and d["N_core"] < n_core_stop:
+        if self.core_collapsed(d):
             return "core_collapse_ncore"
         if c.rc_stop_fraction > 0 and d["r_c"] < c.rc_stop_fraction * self.state.r_c0:
             return "core_collapse_rc"
@@ -1598,14 +1642,19 @@ class Simulation:
         return ""
 
     def warn_early_stop(self) -> None:
-        """Warn when the run would stop at once: N_core already near ``n_core_stop``."""
+        """Warn when N_core starts near ``n_core_stop``: the run would stop within a few
+        steps on N_core alone (``run.rc_rh_drop = 1``), or its stop rests on the fall of
+        r_c/r_h alone."""
         stop = self.core_stop()
         n_core = self.last.get("N_core", math.inf)
         if stop > 0 and n_core < 2.0 * stop:
+            drop = self.cfg.run.rc_rh_drop
+            then = ("the run will stop within a few steps (core_collapse_ncore); set "
+                    "run.n_core_stop lower (0: off) for a model this small" if drop <= 1.0
+                    else f"the core-collapse stop rests on r_c/r_h falling by run.rc_rh_drop "
+                    f"= {drop:g} alone (run.n_core_stop = 0: no such stop)")
             log.warning("the initial N_core = %.1f is within a factor 2 of run.n_core_stop = "
-                        "%g: the run will stop within a few steps (core_collapse_ncore); "
-                        "set run.n_core_stop lower (0: off) for a model this small",
-                        n_core, stop)
+                        "%g: %s", n_core, stop, then)
 
     def run(self) -> str:
         """Step until a stop condition; write outputs; return the stop reason.

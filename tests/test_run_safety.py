@@ -461,6 +461,60 @@ def test_early_stop_default_is_warned(tmp_path, capsys):
     assert "WARNING cmc.simulation: the initial N_core" in capsys.readouterr().err
 
 
+#: examples/king_tidal.ini at 2000 stars (issue 46, item 3): N_core goes below 100 (raw at
+#: step 98, 2.49 t_rh0; its 10-step median at 2.85) long before the core collapses (near
+#: 5.5 t_rh0); the stop now comes at step 686 (4.85 t_rh0)
+KING_2000 = ["--set", "initial.n=2000", "--set", "run.t_max_myr=3000", "--set",
+             "output.snapshot_every=0", "--set", "output.progress_every=1000"]
+
+
+@pytest.fixture(scope="module")
+def king_2000_collapse(tmp_path_factory):
+    out = tmp_path_factory.mktemp("king2000") / "o"
+    ex = Path(__file__).resolve().parents[1] / "examples" / "king_tidal.ini"
+    assert main(["run", str(ex), "-o", str(out), *KING_2000]) == EXIT_OK
+    return ex, out
+
+
+def test_core_collapse_stop_waits_for_the_collapse_at_small_n(king_2000_collapse):
+    """The core-collapse stop reads the medians of N_core and r_c/r_h over the last 10 steps
+    and needs r_c/r_h below a tenth of its initial value (run.rc_rh_drop): a 2000-star King
+    model runs on to its collapse instead of stopping on one noisy N_core below 100 at 2.49
+    t_rh0 with r_c/r_h at 0.6 of its initial value (issue 46, item 3)."""
+    from cmc.io import read_diagnostics
+
+    _, out = king_2000_collapse
+    d, attrs = read_diagnostics(out / "diagnostics.h5")
+    assert attrs["stop_reason"] == "core_collapse_ncore"
+    rc_rh = d["r_c"] / d["r_h"]
+    assert np.median(rc_rh[-10:]) < 0.1 * rc_rh[0]
+    assert np.median(d["N_core"][-10:]) < 100
+    # the raw N_core dipped below 100 more than 2 t_rh0 before the stop
+    first = int(np.argmax(d["N_core"] < 100))
+    assert d["time_trh"][-1] - d["time_trh"][first] > 2.0
+
+
+def test_core_collapse_stop_after_a_restart_is_the_unbroken_runs(tmp_path,
+                                                                 king_2000_collapse, capsys):
+    """The medians' window travels in the checkpoint: a run stopped 6 steps before the
+    collapse and restarted stops at the same step with the same bits; a restart of the
+    collapsed run is refused (the stop still holds) unless run.n_core_stop is extended."""
+    ex, full = king_2000_collapse
+    with h5py.File(full / "checkpoint.h5", "r") as fh:
+        step = int(fh["state"].attrs["step"])
+    out = tmp_path / "b"
+    assert main(["run", str(ex), "-o", str(out), *KING_2000, "--set",
+                 f"run.max_steps={step - 6}"]) == EXIT_OK
+    assert main(["restart", str(out), "--set", "run.max_steps=1000000"]) == EXIT_OK
+    with h5py.File(out / "checkpoint.h5", "r") as fh:
+        st = fh["state"].attrs
+        assert (int(st["step"]), str(st["stop_reason"])) == (step, "core_collapse_ncore")
+    _assert_same_final(full, out)
+    capsys.readouterr()
+    assert main(["restart", str(out)]) == EXIT_INPUT
+    assert "run.n_core_stop" in _one_error_line(capsys.readouterr().err)
+
+
 # --------------------------------------------------------------------------- disk full
 @pytest.mark.parametrize("nth", [5, 7, 10])  # escapers.h5 is the first write
 def test_disk_full_stops_cleanly_and_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch,
