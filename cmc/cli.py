@@ -175,6 +175,11 @@ def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:
     if args.resume and status.kind == "damaged":
         raise InputError(f"{outdir} holds {status.describe()}; inspect it (cmc restart names "
                          "the damage) or start afresh with --overwrite")
+    if outputs and status.kind == "unstarted" and not (args.overwrite or args.resume):
+        # nothing to continue: 'cmc restart' would say "no checkpoint"
+        raise InputError(f"{outdir} already holds a run that wrote no checkpoint (it failed "
+                         "or was killed during set-up; its cmc.log says why): start it afresh "
+                         "with --overwrite")
     if outputs and not (args.overwrite or (args.resume and status.kind == "unstarted")):
         raise InputError(f"{outdir} already holds {status.describe()}: continue it with "
                          f"'cmc restart {outdir}' (or cmc run --resume), or replace it with "
@@ -240,6 +245,9 @@ def cmd_run(args) -> int:
     check_orbit_backend(cfg.run.orbit_backend, comm)  # before anything is written
     outdir = Path(args.output or Path("runs") / Path(args.config).stem)
     lock = RunLock(outdir)
+    fresh = not outdir.exists()  # (rank 0's view counts: it makes the folder, and clears it)
+    what = sim = None
+    undo = False
     try:
         what = _on_root(comm, lambda: _prepare_run_dir(outdir, cfg, args, lock))
         if what == "finished":
@@ -264,8 +272,32 @@ def cmd_run(args) -> int:
                      outdir)
             sim = Simulation.create(cfg, comm, outdir)
         return _finish(sim, outdir)
+    except (CmcError, ConfigError, KeyboardInterrupt):
+        # a new run whose set-up failed (bad initial conditions, too large for the memory,
+        # Ctrl-C) leaves nothing behind: its config.ini and cmc.log would make the folder
+        # look like a run killed during set-up and block the next cmc run
+        undo = what == "new" and sim is None
+        raise
     finally:
         lock.release()
+        if undo and comm.Get_rank() == 0:
+            _remove_new_run(outdir, fresh)
+
+
+def _remove_new_run(outdir: Path, fresh: bool) -> None:
+    """On rank 0: remove what a new run wrote before its set-up failed (its outputs, and the
+    folder with its lock file when the run made it).  The log file is closed first, so that
+    nothing writes it again; the error line goes to the terminal."""
+    from cmc.rundir import LOCK_NAME, clear_outputs
+
+    setup_logging(0)
+    try:
+        clear_outputs(outdir)
+        if fresh:
+            (outdir / LOCK_NAME).unlink(missing_ok=True)
+            outdir.rmdir()  # only if nothing else was put there meanwhile
+    except OSError:
+        pass
 
 
 def _finish(sim, outdir: Path) -> int:

@@ -86,6 +86,92 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     return out, info
 
 
+#: Peak memory of a serial run [bytes per object], beyond the Python and numba runtime
+#: (:data:`RUNTIME_BYTES`): measured (peak RSS of ``cmc run`` for one step on one thread at
+#: N = 2e5 and 1e6, 2026-11-28) 400 for equal-mass single stars (Plummer) and 850 with the
+#: binary columns (King, Kroupa, 10 % binaries).
+RUN_BYTES_PER_OBJECT = (400, 850)
+#: What rank 0 of an MPI run needs to draw the whole model and hand it out [bytes per
+#: object]: twice the model's arrays (measured for ``cmc ic``: 150 and 225 with binaries).
+SETUP_BYTES_PER_OBJECT = (300, 450)
+#: The Python, numpy and numba runtime of one process [bytes] (measured: about 240 MB).
+RUNTIME_BYTES = 240e6
+
+
+def _bytes(x: float) -> str:
+    """``x`` bytes in a readable unit."""
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9)):
+        if x >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x / 1e6:.3g} MB"
+
+
+def available_memory() -> float | None:
+    """Memory this process can still get [bytes]: the kernel's MemAvailable, or less when its
+    cgroup (a batch job's allocation, a container) has a lower limit; None when unknown."""
+    from pathlib import Path
+
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = float(line.split()[1]) * 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # cgroup v2: the job's limit less what it already uses
+        rel = Path("/proc/self/cgroup").read_text().splitlines()[0].split("::", 1)[1]
+        cg = Path("/sys/fs/cgroup") / rel.lstrip("/")
+        limit = (cg / "memory.max").read_text().strip()
+        if limit != "max":
+            free = float(limit) - float((cg / "memory.current").read_text())
+            avail = free if avail is None else min(avail, free)
+    except (OSError, ValueError, IndexError):
+        pass
+    return avail
+
+
+def check_memory(cfg: Config, ranks: int = 1, available: float | None = None) -> None:
+    """Refuse a drawn model too large for this machine's memory, before anything is
+    allocated, saying how much it needs.
+
+    A serial run needs about :data:`RUN_BYTES_PER_OBJECT` per object; under MPI rank 0 draws
+    the whole model and hands it out (:data:`SETUP_BYTES_PER_OBJECT`), the rest is spread
+    over the ranks and is not checked here.  The figures are measured peaks, so a model
+    refused here would have ended in MemoryError (or the kernel's OOM killer) anyway.
+
+    Parameters
+    ----------
+    cfg : Config
+        The run's parameters (``initial.n``; binary columns with ``initial.binary_fraction``
+        or ``binaries.three_body = all``).  A model read from a file is not checked (the
+        file's size bounds it).
+    ranks : int
+        MPI ranks of the run.
+    available : float, optional
+        Bytes available (default :func:`available_memory`; nothing is checked when unknown).
+
+    Raises
+    ------
+    InputError
+        Naming ``initial.n``, the memory needed and the memory available.
+    """
+    if cfg.initial.model == "file":
+        return
+    if available is None:
+        available = available_memory()
+    if available is None:
+        return
+    binaries = cfg.initial.binary_fraction > 0.0 or cfg.binaries.three_body == "all"
+    per = (SETUP_BYTES_PER_OBJECT if ranks > 1 else RUN_BYTES_PER_OBJECT)[int(binaries)]
+    need = RUNTIME_BYTES + per * float(cfg.initial.n)
+    if need > available:
+        what = "rank 0 of an MPI run needs" if ranks > 1 else "the run needs"
+        raise InputError(f"initial.n = {cfg.initial.n:g}: {what} about {_bytes(need)} of "
+                         f"memory ({per} bytes per object{' with binaries' * binaries}), "
+                         f"but {_bytes(available)} are available; use fewer objects or a "
+                         "machine with more memory")
+
+
 def _cosmic_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     """Stars and model information of a COSMIC ``InitialCMCTable`` file (:mod:`cmc.cosmic`).
 

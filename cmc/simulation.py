@@ -316,13 +316,14 @@ class Simulation:
     @classmethod
     def create(cls, cfg: Config, comm, outdir: str | Path | None = None) -> Simulation:
         """New run from the initial model of ``cfg`` (built on rank 0, then distributed)."""
-        from cmc.initial import build_initial_stars, physical_scale
+        from cmc.initial import build_initial_stars, check_memory, physical_scale
 
         n_emul = comm.Get_size() if comm.Get_size() > 1 else max(1, cfg.run.emulate_ranks)
         glob = None
         info: object = {}
         if comm.Get_rank() == 0:
             try:
+                check_memory(cfg, comm.Get_size())  # before anything of the model exists
                 glob, info = build_initial_stars(cfg)
                 info["scale"] = physical_scale(cfg, info, float(np.sum(glob["m"])))
             except (ValueError, ZeroDivisionError, FloatingPointError) as exc:

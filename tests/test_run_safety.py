@@ -384,6 +384,67 @@ def test_coulomb_logarithm_must_be_positive(tmp_path, capsys):
     assert "ic.h5" in line and "run.gamma" in line, line
 
 
+def test_huge_n_is_refused_with_the_memory_it_needs_and_leaves_no_folder(tmp_path, capsys):
+    """initial.n = 1e12: exit 2 with the memory the run needs, before anything is allocated,
+    and no folder left behind, so the next run into it starts without --overwrite (issue 46,
+    item 7: exit 1 'out of memory', and the half-made folder then blocked the next run)."""
+    ini, out = _ini(tmp_path), tmp_path / "o"
+    assert main(["run", str(ini), "-o", str(out), "--set", "initial.n=1e12"]) == EXIT_INPUT
+    line = _one_error_line(capsys.readouterr().err)
+    assert "initial.n" in line and "400 TB" in line and "available" in line, line
+    assert not out.exists()
+    assert main(["run", str(ini), "-o", str(out)]) == EXIT_OK
+
+
+def test_memory_estimate():
+    """The estimate: the runtime plus the measured bytes per object (more with binaries; under
+    MPI only rank 0's drawing of the whole model)."""
+    from cmc.config import load_config
+    from cmc.errors import InputError
+    from cmc.initial import check_memory
+
+    def cfg(*ov):
+        return load_config(None, list(ov))
+
+    check_memory(cfg("initial.n=1e5"), available=1e9)
+    with pytest.raises(InputError, match=r"initial.n = 1e\+07: the run needs about 4.24 GB"):
+        check_memory(cfg("initial.n=1e7"), available=1e9)
+    with pytest.raises(InputError, match="1.24 GB"):
+        check_memory(cfg("initial.n=2.5e6"), available=1e9)
+    check_memory(cfg("initial.n=2.5e6"), ranks=2, available=1e9)  # 0.99 GB on rank 0
+    with pytest.raises(InputError, match="850 bytes per object with binaries"):
+        check_memory(cfg("initial.n=2e6", "initial.binary_fraction=0.1"), available=1e9)
+    check_memory(cfg("initial.n=1e12", "initial.model=file", "initial.file=x.h5"),
+                 available=1e9)  # a file's size bounds its model
+
+
+def test_a_rejected_initial_file_leaves_no_folder_behind(tmp_path, capsys):
+    """Set-up that fails on bad initial conditions removes what it wrote (a new folder
+    entirely; in a folder that existed, its outputs): the next run is not blocked (issue 46,
+    item 7: 'already holds a run killed before its first checkpoint: continue it with cmc
+    restart', and cmc restart then said 'no checkpoint')."""
+    bad, good = _ic_file(tmp_path, _nan_mass, "bad.h5"), _ic_file(tmp_path, name="good.h5")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    for out in (tmp_path / "o", mine):
+        assert main(["run", str(_ini(tmp_path, "[run]\nmax_steps = 2\n")), "-o", str(out),
+                     "--set", "initial.model=file", "--set", f"initial.file={bad}"]) == EXIT_INPUT
+        assert "bad.h5" in _one_error_line(capsys.readouterr().err)
+        assert not out.exists() or sorted(p.name for p in out.iterdir()) == [".lock",
+                                                                            "notes.txt"]
+        assert main(["run", str(_ini(tmp_path, "[run]\nmax_steps = 2\nn_core_stop = 0\n")),
+                     "-o", str(out), "--set", "initial.model=file",
+                     "--set", f"initial.file={good}"]) == EXIT_OK
+    # a folder left by a run killed during set-up (no checkpoint) says what to do
+    dead = tmp_path / "dead"
+    dead.mkdir()
+    (dead / "config.ini").write_text("[run]\n")
+    assert main(["run", str(_ini(tmp_path)), "-o", str(dead)]) == EXIT_INPUT
+    line = _one_error_line(capsys.readouterr().err)
+    assert "wrote no checkpoint" in line and "--overwrite" in line and "restart" not in line
+
+
 def test_initial_file_is_relative_to_the_parameter_file(tmp_path, monkeypatch):
     sub = tmp_path / "models"
     sub.mkdir()
