@@ -227,7 +227,7 @@ def validate_stars(stars: dict[str, np.ndarray], where: str) -> None:
         bad = ~np.isfinite(arr) | (arr <= 0)
         if bad.any():
             i = int(np.argmax(bad))
-            raise InputError(f"{where}: star {i} has invalid {name} = {arr[i]!r} "
+            raise InputError(f"{where}: star {i} has invalid {name} = {float(arr[i])!r} "
                              f"({int(bad.sum())} bad values; must be finite and > 0)")
     for name in ("vr", "vt"):
         bad = ~np.isfinite(stars[name])

@@ -63,7 +63,7 @@ class Units:
         for name in ("mass_msun", "length_pc", "gamma"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0.0):
-                raise ValueError(f"units: {name} must be positive and finite, not {v!r}")
+                raise ValueError(f"units: {name} must be positive and finite, not {float(v)!r}")
         if self.n0 < 1 or self.gamma * self.n0 <= 1.0:
             raise ValueError(f"units: ln(gamma N0) must be positive (gamma = {self.gamma}, "
                              f"N0 = {self.n0})")

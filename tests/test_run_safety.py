@@ -305,6 +305,10 @@ def _negative_mass(fh):
     fh["stars/m"][7] = -0.1
 
 
+def _zero_mass(fh):
+    fh["stars/m"][7] = 0.0
+
+
 def _duplicate_id(fh):
     fh["stars/id"][3] = fh["stars/id"][4]
 
@@ -315,15 +319,19 @@ def _zero_stars(fh):
     fh["stars"].create_dataset("r", data=np.zeros(0))
 
 
-@pytest.mark.parametrize("edit,words", [(_far, "not a cluster member"), (_nan_mass, "m ="),
-                                        (_negative_mass, "m ="), (_duplicate_id, "unique"),
+@pytest.mark.parametrize("edit,words", [(_far, "not a cluster member"),
+                                        (_nan_mass, "invalid m = nan"),
+                                        (_negative_mass, "invalid m = -0.1 "),
+                                        (_zero_mass, "invalid m = 0.0 "),
+                                        (_duplicate_id, "unique"),
                                         (_zero_stars, "at least 2 stars")])
 def test_bad_initial_conditions_are_one_line_errors(tmp_path, capsys, edit, words):
+    """... with plain numbers (issue 46, item 11: 'invalid m = np.float64(0.0)')."""
     f = _ic_file(tmp_path, edit)
     ini = _ini(tmp_path, f"[initial]\nmodel = file\nfile = {f.name}\n[run]\nmax_steps = 2\n")
     assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == EXIT_INPUT
     line = _one_error_line(capsys.readouterr().err)
-    assert words in line and "ic.h5" in line, line
+    assert words in line and "ic.h5" in line and "np." not in line, line
 
 
 def _tiny_file(tmp_path: Path, kind: str) -> Path:
