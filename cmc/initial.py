@@ -41,6 +41,7 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
         n = stars["r"].size
         check_file_objects(n, ini.file, cfg.run.gamma)
         check_file_radii(stars, ini.file)
+        check_file_spread(stars, ini.file)
         if "time_unit" not in attrs:
             # a cmc snapshot is in the units of the run that wrote it (M < 1 after escapes);
             # any other file must be in Hénon units or is rescaled to them
@@ -185,6 +186,7 @@ def _cosmic_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     stars, info = read_cosmic(path)
     check_file_objects(stars["r"].size, path, cfg.run.gamma)
     check_file_radii(stars, path)
+    check_file_spread(stars, path)
     validate_stars(stars, path)
     if not in_nbody_units(stars):
         to_henon_units(stars, path)
@@ -280,6 +282,21 @@ def check_file_radii(stars: dict[str, np.ndarray], where: str) -> None:
         raise InputError(f"{where}: star {i} (id {stars['id'][i]}) is at r = {r[i]:.6g}, more "
                          f"than {R_FAR:.0e} times the median radius: not a cluster member "
                          "(remove it from the file)")
+
+
+def check_file_spread(stars: dict[str, np.ndarray], where: str) -> None:
+    """Refuse stars all at one radius or all at rest: such a set has no relaxation time (no
+    velocity dispersion, or no density profile), and the first step failed with 'time step
+    is not finite' (exit 3) instead of naming the file."""
+    r = stars["r"]
+    if r.size and np.all(r == r[0]):
+        raise InputError(f"{where}: all {r.size} objects are at one radius (r = "
+                         f"{float(r[0]):.6g}): a shell, not a cluster (no density profile to "
+                         "relax in)")
+    if not (np.any(stars["vr"]) or np.any(stars["vt"])):
+        raise InputError(f"{where}: all velocities are zero: a cluster at rest has no "
+                         "velocity dispersion, so no relaxation time (give the stars "
+                         "velocities, e.g. from an equilibrium model)")
 
 
 def to_henon_units(stars: dict[str, np.ndarray], where: str) -> None:

@@ -309,6 +309,15 @@ def _zero_mass(fh):
     fh["stars/m"][7] = 0.0
 
 
+def _one_radius(fh):
+    fh["stars/r"][...] = 0.5
+
+
+def _at_rest(fh):
+    for v in ("vr", "vt"):
+        fh["stars"][v][...] = 0.0
+
+
 def _duplicate_id(fh):
     fh["stars/id"][3] = fh["stars/id"][4]
 
@@ -323,10 +332,13 @@ def _zero_stars(fh):
                                         (_nan_mass, "invalid m = nan"),
                                         (_negative_mass, "invalid m = -0.1 "),
                                         (_zero_mass, "invalid m = 0.0 "),
+                                        (_one_radius, "at one radius"),
+                                        (_at_rest, "all velocities are zero"),
                                         (_duplicate_id, "unique"),
                                         (_zero_stars, "at least 2 stars")])
 def test_bad_initial_conditions_are_one_line_errors(tmp_path, capsys, edit, words):
-    """... with plain numbers (issue 46, item 11: 'invalid m = np.float64(0.0)')."""
+    """... with plain numbers (issue 46, item 11: 'invalid m = np.float64(0.0)'); stars all
+    at one radius or all at rest too (item 11: exit 3, 'time step is not finite')."""
     f = _ic_file(tmp_path, edit)
     ini = _ini(tmp_path, f"[initial]\nmodel = file\nfile = {f.name}\n[run]\nmax_steps = 2\n")
     assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == EXIT_INPUT
