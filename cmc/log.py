@@ -1,4 +1,5 @@
-"""Rank-aware logging: every line carries the MPI rank; only rank 0 logs INFO by default."""
+"""Rank-aware logging: every line carries the MPI rank; only rank 0 logs INFO and warnings by
+default."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ def setup_logging(rank: int = 0, logfile: str | None = None, level: int = loggin
                   all_ranks: bool = False) -> None:
     """Configure the ``cmc`` logger for this process.
 
-    Rank 0 logs at ``level``; other ranks log warnings and errors only (unless
-    ``all_ranks``).  A log file, when given, is appended to by rank 0.
+    Rank 0 logs at ``level``; other ranks log errors only (unless ``all_ranks``): every
+    warning of a run is about the whole run, computed alike on every rank from the same
+    reductions (or on rank 0 alone), so the other ranks would only print it again, once per
+    rank.  A log file, when given, is appended to by rank 0.
     """
     logger = logging.getLogger("cmc")
     for h in list(logger.handlers):
         logger.removeHandler(h)
         h.close()
-    logger.setLevel(level if (rank == 0 or all_ranks) else logging.WARNING)
+    logger.setLevel(level if (rank == 0 or all_ranks) else logging.ERROR)
     logger.propagate = False
     flt = _RankFilter(rank)
     fmt = logging.Formatter(_FMT, datefmt="%H:%M:%S")

@@ -198,6 +198,17 @@ def test_successful_run_exits_0(tmp_path, config, ranks):
     assert int(st["emulated_ranks"]) == ranks
 
 
+def test_a_warning_is_printed_once_not_once_per_rank(tmp_path):
+    """A warning about the run (the initial N_core near run.n_core_stop, in a 300-star model)
+    is printed by rank 0 alone: every rank computes it from the same reductions (issue 46,
+    item 11: it came once per rank)."""
+    ini = tmp_path / "small.ini"
+    ini.write_text("[initial]\nn = 300\nseed = 7\n[run]\nmax_steps = 2\n")
+    res = launch(["run", ini, "-o", tmp_path / "run"], 3, tmp_path)
+    assert_ok(res)
+    assert res.stderr.count("WARNING cmc.simulation: the initial N_core") == 1, _show(res)
+
+
 @pytest.mark.parametrize("ranks", RANKS)
 def test_energy_error_exits_3(tmp_path, config, ranks):
     out = tmp_path / "run"
