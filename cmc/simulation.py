@@ -526,11 +526,14 @@ class Simulation:
         tmin = self._window_min(coulomb_ratio)
         dt = (2.0 * cfg.theta_max / math.pi) ** 2 * tmin
         t_bs = t_bb = math.inf
+        binary_limited = False  # the binary time scales, not relaxation, set the step
         if stars.has_binary_fields:
             t_bs, t_bb = self._binary_timescales()
             to_rel = st.lnl0 / st.n0  # N-body time -> relaxation units
             b = self.cfg.binaries
-            dt = min(dt, b.dt_fraction_bs * t_bs * to_rel, b.dt_fraction_bb * t_bb * to_rel)
+            dt_bin = min(b.dt_fraction_bs * t_bs * to_rel, b.dt_fraction_bb * t_bb * to_rel)
+            binary_limited = dt_bin < dt
+            dt = min(dt, dt_bin)
         if st.dt_prev > 0.0:
             dt = min(dt, cfg.dt_growth_max * st.dt_prev)
         dt = tidal_mass_loss_timestep(dt, st.dt_prev, st.dm_tidal_prev, st.m0,
@@ -780,14 +783,25 @@ class Simulation:
         self.timers["diagnostics"] += time.perf_counter() - t6
         if 0.0 < d["dt_tcross"] < DT_TCROSS_WARN and not self._tcross_warned:
             self._tcross_warned = True
-            log.warning("step %d: the time step is %.2g of the central crossing time (column "
-                        "dt_tcross): a few stars carry the central mass (heavy stars of a mass "
-                        "spectrum at small N, or a core of few stars), and the orbit step redraws "
-                        "their radii several times per orbit.  The potential jumps "
-                        "this causes heat and unbind light stars per step, not per unit time "
-                        "(E_deficit, unbound escapers); results at this N and mass range are "
-                        "not converged (docs/method.md, 'Few stars carrying the central mass')",
-                        st.step, d["dt_tcross"])
+            if binary_limited:  # not heavy stars: the binaries' encounter time scale
+                log.warning("step %d: the time step is %.2g of the central crossing time "
+                            "(column dt_tcross), set by the binaries' time scales (at most "
+                            "binaries.dt_fraction_bs of T_bs = %.3g and dt_fraction_bb of "
+                            "T_bb = %.3g t_NB, as CMC): wide (soft) binaries in the core have "
+                            "large cross-sections and make them short (primordial binaries "
+                            "reach initial.binary_a_max hard/soft boundaries).  The orbit step "
+                            "then redraws the central stars' radii several times per orbit "
+                            "(docs/method.md, 'Few stars carrying the central mass')",
+                            st.step, d["dt_tcross"], t_bs, t_bb)
+            else:
+                log.warning("step %d: the time step is %.2g of the central crossing time "
+                            "(column dt_tcross): a few stars carry the central mass (heavy "
+                            "stars of a mass spectrum at small N, or a core of few stars), and "
+                            "the orbit step redraws their radii several times per orbit.  The "
+                            "potential jumps this causes heat and unbind light stars per step, "
+                            "not per unit time (E_deficit, unbound escapers); results at this N "
+                            "and mass range are not converged (docs/method.md, 'Few stars "
+                            "carrying the central mass')", st.step, d["dt_tcross"])
         return d
 
     def _wait_for_ranks(self, t: float) -> float:
