@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(a finished run is reported and left alone); else start it")
     r.set_defaults(func=cmd_run)
     rs = sub.add_parser("restart", help="continue a run from OUTDIR/checkpoint.h5")
-    rs.add_argument("outdir")
+    rs.add_argument("outdir", help="run folder (written by cmc run)")
     rs.add_argument("--checkpoint", metavar="FILE",
                     help="restart from this checkpoint of OUTDIR (e.g. checkpoint.1.h5)")
     rs.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
@@ -548,11 +548,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "which CMC-COSMIC reads)")
     ic.add_argument("--metallicity", type=float, default=0.02,
                     help="Z written to a COSMIC file when the input carries none")
-    ic.add_argument("--n", type=int, default=10000)
-    ic.add_argument("--seed", type=int, default=1)
-    ic.add_argument("--w0", type=float)
-    ic.add_argument("--set", action="append", metavar="initial.KEY=VALUE")
-    ic.add_argument("-o", "--output", required=True)
+    ic.add_argument("--n", type=int, default=10000,
+                    help="number of objects to draw (initial.n, at least 40; default 10000)")
+    ic.add_argument("--seed", type=int, default=1,
+                    help="seed of the random streams (initial.seed; default 1)")
+    ic.add_argument("--w0", type=float,
+                    help="central potential W0 of a King model (initial.w0, 1-12; default 6)")
+    ic.add_argument("--set", action="append", metavar="initial.KEY=VALUE",
+                    help="any other [initial] parameter, e.g. initial.mass_function=kroupa "
+                    "(repeatable; cmc params lists them)")
+    ic.add_argument("-o", "--output", required=True,
+                    help="the HDF5 file to write (an existing one only with --overwrite)")
     ic.add_argument("--overwrite", action="store_true",
                     help="replace the output file if it exists (else an existing file is "
                     "refused)")
@@ -571,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="file name prefix, CMC's output prefix (default: initial)")
     ex.set_defaults(func=cmd_export)
     pl = sub.add_parser("plot", help="plot r_c/r_h, rho_c and Lagrange radii of a run")
-    pl.add_argument("outdir")
+    pl.add_argument("outdir", help="run folder (written by cmc run)")
     pl.add_argument("--physical", action="store_true",
                     help="time in Myr, radii in pc, masses in Msun")
     pl.set_defaults(func=cmd_plot)

@@ -73,6 +73,20 @@ def test_ic_refuses_to_overwrite_a_file(tmp_path, capsys):
         assert fh["stars/r"].shape == (100,)
 
 
+def test_every_argument_has_help():
+    """cmc SUBCOMMAND --help explains every option and argument (issue 46, item 11: cmc ic
+    --n, --seed and --w0 had none)."""
+    import argparse
+
+    from cmc.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction))
+    missing = [f"cmc {name} {a.option_strings or a.dest}" for name, p in sub.choices.items()
+               for a in p._actions if a.dest != "help" and not a.help]
+    assert missing == []
+
+
 def test_refuses_to_overwrite_a_run(tmp_path):
     ini = tmp_path / "m.ini"
     ini.write_text("[initial]\nn = 200\n[run]\nmax_steps = 2\n")
