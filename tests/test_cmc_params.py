@@ -208,3 +208,20 @@ def test_docs_workflow_example(tmp_path):
                  "run.max_steps=5"]) == 0
     assert main(["export", str(out), "--format", "cmc"]) == 0
     assert (out / "cmc" / "initial.dyn.dat").exists()
+
+
+def test_docs_show_what_convert_ini_prints(capsys):
+    """docs/cosmic.md quotes cmc convert-ini on examples/cosmic/KingProfile.ini: its summary
+    line (how many parameters are mapped and how many not honoured) and its number of [bse]
+    lines are the command's own (issue 46, item 11: the docs said 22 mapped, the command
+    printed 23)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    assert main(["convert-ini", str(root / "examples" / "cosmic" / "KingProfile.ini")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    doc = (root / "docs" / "cosmic.md").read_text()
+    summary = next(x for x in err if "parameter(s) mapped" in x)
+    assert summary in doc
+    n_bse = sum("not honoured: [bse]" in x for x in err) + 1  # and STELLAR_EVOLUTION
+    assert re.search(rf"one line for each of the {n_bse} \[bse\] parameters", doc)
