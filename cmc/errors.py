@@ -12,7 +12,8 @@ code meaning
      that already holds a run or is locked by another command
 3    physics failure (energy error beyond ``run.energy_error_max``, numerical failure):
      do not requeue, inspect
-4    I/O failure (disk full, output not writable); the last good checkpoint is intact
+4    I/O failure (disk full, output not writable, a truncated or damaged diagnostics.h5 or
+     escapers.h5); the last good checkpoint is intact
 75   stopped early but resumable (signal, ``run.max_wall_hours``): ``cmc restart OUTDIR``
 130  interrupted before the run started (Ctrl-C during set-up)
 ==== ==================================================================================
@@ -61,6 +62,13 @@ class OutputError(CmcError, OSError):
 
     def __str__(self) -> str:
         return str(self.strerror or super().__str__())
+
+
+class DamagedFileError(CmcError):
+    """A run's own output (diagnostics.h5, escapers.h5) exists but cannot be read: truncated
+    (a copy cut short, a full disk) or damaged (exit 4, an I/O failure)."""
+
+    exit_code = EXIT_IO
 
 
 def exit_code_for_stop(reason: str) -> int:

@@ -9,6 +9,7 @@ attributes; binary columns (:data:`cmc.fields.BINARY_FIELDS`) go to a ``binaries
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import hashlib
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from cmc.errors import InputError, OutputError, is_disk_full
+from cmc.errors import DamagedFileError, InputError, OutputError, is_disk_full
 from cmc.fields import BINARY_FIELDS, FIELD_BY_NAME, SAVED_FIELDS
 
 #: Layout version of every file this module writes.  2: checkpoints carry a checksum and no
@@ -292,6 +293,105 @@ def content_digest(fh: h5py.File) -> str:
 OPEN_FOR_WRITE_WAIT_S = 5.0
 
 
+#: Attempts a SWMR reader makes at a piece of metadata whose checksum fails (it may have
+#: caught the writer in the middle of writing it).  HDF5's default, 100, sleeps 2^k ns before
+#: the k-th: a truncated or damaged file then holds the reader for ever (the 40th sleep alone
+#: is 18 minutes), inside one HDF5 call that holds the GIL, so no Python signal handler runs
+#: (SIGTERM to ``cmc restart``, Ctrl-C).  30 attempts give up after about 1 s in all; a
+#: writer's metadata write takes microseconds.
+SWMR_READ_ATTEMPTS = 30
+#: A file shorter than the end of file its superblock records by more than this is truncated
+#: [bytes].  HDF5 allocates metadata and small data in 2 kB blocks whose unused tail a writer
+#: killed in the middle of a flush may not have written yet (SWMR readers skip HDF5's own
+#: check for that reason); a cut file (a copy interrupted, a full disk) misses more.  While a
+#: run appends, the file was never seen shorter than its superblock's end of file (4.6e5
+#: samples of a run flushing every step).
+TRUNCATED_SLACK = 16 << 10
+_HDF5_LIB: list = []
+
+
+def _hdf5_library() -> ctypes.CDLL | None:
+    """The HDF5 library that h5py runs on (ctypes), for the calls h5py does not wrap; None
+    where it cannot be found (not Linux or macOS, an unusual build)."""
+    if _HDF5_LIB:
+        return _HDF5_LIB[0]
+    paths: list[str] = []
+    try:  # Linux: the library as loaded, wherever it came from (wheel, conda, system)
+        with open("/proc/self/maps") as fh:
+            paths = [ln.split(None, 5)[5].strip() for ln in fh if len(ln.split(None, 5)) == 6]
+    except OSError:
+        pass
+    # macOS wheels keep it next to h5py
+    paths += [str(p) for p in Path(h5py.__file__).parent.glob(".dylibs/libhdf5*.dylib")]
+    lib = None
+    for path in dict.fromkeys(paths):
+        name = os.path.basename(path)
+        if not name.startswith("libhdf5") or "_hl" in name:
+            continue
+        try:
+            cand = ctypes.CDLL(path)  # the loaded copy: the same handle h5py uses
+        except OSError:
+            continue
+        if hasattr(cand, "H5Pset_metadata_read_attempts"):
+            lib = cand
+            break
+    _HDF5_LIB.append(lib)
+    return lib
+
+
+def _open_swmr_reader(path: str | os.PathLike) -> h5py.File:
+    """``h5py.File(path, "r", swmr=True, locking=False)`` with at most
+    :data:`SWMR_READ_ATTEMPTS` attempts per piece of metadata (h5py has no keyword for it)."""
+    lib = _hdf5_library()
+    if lib is None:
+        return h5py.File(path, "r", swmr=True, locking=False)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_EARLIEST, h5py.h5f.LIBVER_LATEST)  # as h5py.File
+    fapl.set_file_locking(False, ignore_when_disabled=False)
+    lib.H5Pset_metadata_read_attempts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    if lib.H5Pset_metadata_read_attempts(fapl.id, SWMR_READ_ATTEMPTS) < 0:
+        return h5py.File(path, "r", swmr=True, locking=False)
+    fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ,
+                        fapl=fapl)
+    return h5py.File(fid)
+
+
+def hdf5_truncation(path: str | os.PathLike) -> tuple[int, int] | None:
+    """``(size, stored_eof)`` when the HDF5 file ``path`` is shorter than the end of file its
+    superblock records by more than :data:`TRUNCATED_SLACK`; else None (also for a file that
+    is not HDF5 or cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(96)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return None
+    if head[:8] != b"\x89HDF\r\n\x1a\n" or len(head) < 16:
+        return None  # (a user block would move the superblock: none in our files)
+    version = head[8]
+    if version in (0, 1):
+        offsets = head[13]
+        # base, free-space and end-of-file addresses follow 16 (24 for version 1) bytes
+        at = 24 + (4 if version == 1 else 0) + 2 * offsets
+    elif version in (2, 3):
+        offsets = head[9]
+        at = 12 + 2 * offsets  # after the base and superblock-extension addresses
+    else:
+        return None
+    if offsets not in (4, 8) or len(head) < at + offsets:
+        return None
+    eof = int.from_bytes(head[at:at + offsets], "little")
+    return (size, eof) if size + TRUNCATED_SLACK < eof else None
+
+
+def _unreadable(path: Path, exc: BaseException) -> DamagedFileError:
+    """The error for a run's HDF5 output that exists but cannot be read."""
+    cut = hdf5_truncation(path)
+    what = (f"is truncated ({cut[0]:,} of {cut[1]:,} bytes: a copy cut short, or a full disk)"
+            if cut else f"cannot be read (damaged: {type(exc).__name__}: {exc})")
+    return DamagedFileError(f"{path} {what}; restore it from a whole copy")
+
+
 def _open_diagnostics(path: str | os.PathLike) -> h5py.File:
     """Open diagnostics.h5 for reading, also while a run appends to it (SWMR).
 
@@ -302,7 +402,7 @@ def _open_diagnostics(path: str | os.PathLike) -> h5py.File:
     deadline = time.monotonic() + OPEN_FOR_WRITE_WAIT_S
     while True:
         try:
-            return h5py.File(path, "r", swmr=True, locking=False)
+            return _open_swmr_reader(path)
         except OSError:
             try:
                 return h5py.File(path, "r", locking=False)
@@ -314,24 +414,50 @@ def _open_diagnostics(path: str | os.PathLike) -> h5py.File:
 
 def read_diagnostics(path: str | os.PathLike, max_step: int | None = None
                      ) -> tuple[dict[str, np.ndarray], dict]:
-    """Datasets and attributes of diagnostics.h5; with ``max_step``, only rows up to that
-    step.  Safe while a run is appending to the file (SWMR read)."""
+    """Datasets and attributes of diagnostics.h5 (or escapers.h5); with ``max_step``, only
+    rows up to that step.  Safe while a run is appending to the file (SWMR read).
+
+    Raises
+    ------
+    InputError
+        ``path`` does not exist or is held open for writing.
+    DamagedFileError
+        ``path`` is truncated or damaged (exit 4).  This is found out within about a
+        second: a truncated file is refused from its size before HDF5 reads it (HDF5 would
+        read zeros past the end), and HDF5's retries of damaged metadata are bounded
+        (:data:`SWMR_READ_ATTEMPTS`).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"cannot read {path}: no such file")
+    cut = hdf5_truncation(path)
+    if cut is not None:
+        time.sleep(0.2)  # a writer that is extending it has done so by now
+        if hdf5_truncation(path) is not None:
+            raise _unreadable(path, OSError("truncated"))
     try:
         fh = _open_diagnostics(path)
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    with fh:
-        attrs = dict(fh.attrs)
-        # a SWMR reader refreshes to see rows appended since it opened the file: "step"
-        # first, so that every column refreshed after it holds at least its rows
-        datasets = sorted(fh.values(), key=lambda ds: ds.name != "/step")
-        if fh.swmr_mode:
-            for ds in datasets:
-                ds.refresh()
-        n = fh["step"].shape[0] if "step" in fh else 0
-        if max_step is not None and n:
-            n = int(np.searchsorted(fh["step"][:n], max_step, side="right"))
-        data = {k: ds[:n] for k, ds in fh.items()}
+        if "already open for write" in str(exc):
+            raise InputError(f"cannot read {path}: {exc}") from None
+        raise _unreadable(path, exc) from None
+    try:
+        with fh:
+            attrs = dict(fh.attrs)
+            # a SWMR reader refreshes to see rows appended since it opened the file: "step"
+            # first, so that every column refreshed after it holds at least its rows
+            datasets = sorted((ds for ds in fh.values() if isinstance(ds, h5py.Dataset)),
+                              key=lambda ds: ds.name != "/step")
+            if fh.swmr_mode:
+                for ds in datasets:
+                    ds.refresh()
+            n = fh["step"].shape[0] if "step" in fh else 0
+            if max_step is not None and n:
+                n = int(np.searchsorted(fh["step"][:n], max_step, side="right"))
+            data = {ds.name.lstrip("/"): ds[:n] for ds in datasets}
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+        # HDF5 reports damaged metadata by any of these
+        raise _unreadable(path, exc) from None
     return data, attrs
 
 

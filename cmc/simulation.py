@@ -41,6 +41,7 @@ from cmc.errors import (
     PLANNED_STOPS,
     RESUMABLE_STOPS,
     CmcError,
+    DamagedFileError,
     InputError,
     is_disk_full,
 )
@@ -872,6 +873,11 @@ class Simulation:
             except InputError:
                 log.info("no escaper table to continue in %s: escapers.h5 starts at step %d",
                          self.outdir, self.state.step)
+            except DamagedFileError as exc:
+                # not replaced silently: its rows are the only record of the escapers so far
+                raise DamagedFileError(
+                    f"{exc}, or move it aside to continue without the escapers up to step "
+                    f"{self.state.step}") from None
         cols = {f.name: f for f in escaper_columns(self.stars.has_binary_fields)}
         self._esc = cio.DiagnosticsWriter(
             path, {"n0": self.state.n0, **self.units.attrs(), **self.provenance()},
@@ -1528,6 +1534,13 @@ class Simulation:
             except InputError as exc:
                 raise InputError(f"{exc}; the checkpoint needs its {self.n_rows} rows of "
                                  "diagnostics history") from None
+            except DamagedFileError as exc:
+                # the rows are in this file alone (not in the checkpoint): a whole copy, or
+                # the run again from the start (bit for bit the same), brings them back
+                raise DamagedFileError(
+                    f"{exc} (the checkpoint at step {self.state.step} needs its first "
+                    f"{self.n_rows} rows); without them the run cannot be continued: start it "
+                    "afresh") from None
             if old["step"].size != self.n_rows:
                 raise InputError(f"{path} holds {old['step'].size} rows up to step "
                                  f"{self.state.step}, the checkpoint expects "

@@ -7,13 +7,17 @@ Each test failed on the code before its fix (the commit messages say how).
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cmc.cli import main
-from cmc.errors import EXIT_INPUT
+from cmc.errors import EXIT_INPUT, EXIT_IO
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -69,3 +73,60 @@ def test_checkpoint_with_damaged_metadata_is_refused_naming_the_intact_one(run_c
     assert main(["restart", str(run_copy), "--set", "run.max_steps=12"]) == EXIT_INPUT
     line = _one_error_line(capsys.readouterr().err)
     assert "checkpoint.h5 is damaged" in line and "--checkpoint checkpoint.1.h5" in line, line
+
+
+# --------------------------------------------------------------------------- item 1
+def _cmc_bounded(args: list[str], cwd: Path, limit: float = 60.0) -> tuple[int, str]:
+    """Run ``python -m cmc ARGS``; (exit code, stderr).  A command still running after
+    ``limit`` seconds fails the test, saying whether SIGTERM then ended it."""
+    proc = subprocess.Popen([sys.executable, "-m", "cmc", *args], cwd=cwd, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=10)
+            after = "SIGTERM then ended it"
+        except subprocess.TimeoutExpired:
+            after = "SIGTERM did not end it either (killed)"
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        pytest.fail(f"cmc {' '.join(args)} still ran after {limit:g} s; {after}")
+    return proc.returncode, err
+
+
+def _truncate_half(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def _flip_root_header(path: Path) -> None:
+    """Damage the root group's object header (a checksummed HDF5 structure): a SWMR reader
+    retries its read, by HDF5's default 100 times with sleeps that double each time."""
+    _flip(path, path.read_bytes().index(b"OHDR") + 8)
+
+
+@pytest.mark.parametrize("damage,command,words", [
+    ("cut diagnostics", "plot", ["diagnostics.h5 is truncated", "of", "bytes", "copy"]),
+    ("cut diagnostics", "export", ["diagnostics.h5 is truncated", "copy"]),
+    ("cut diagnostics", "restart", ["diagnostics.h5 is truncated", "first", "rows",
+                                    "start it afresh"]),
+    ("damaged diagnostics", "plot", ["diagnostics.h5 cannot be read (damaged", "copy"]),
+    ("cut escapers", "restart", ["escapers.h5", "move it aside"]),
+])
+def test_truncated_or_damaged_run_files_end_at_once(run_copy, damage, command, words):
+    """A truncated diagnostics.h5 (or escapers.h5, or damaged HDF5 metadata in it) ends
+    ``cmc plot``, ``export`` and ``restart`` within seconds with exit 4 (I/O) and one line
+    naming the file and what to do.  Before, the SWMR open succeeded and HDF5 retried the
+    reads for ever inside one call (sleeps doubling from 1 ns), signal handlers never ran:
+    plot and export hung until killed, and restart ignored SIGTERM."""
+    kind, name = damage.split()
+    path = run_copy / f"{name}.h5"
+    (_truncate_half if kind == "cut" else _flip_root_header)(path)
+    args = {"plot": ["plot", str(run_copy)], "export": ["export", str(run_copy)],
+            "restart": ["restart", str(run_copy), "--set", "run.max_steps=12"]}[command]
+    code, err = _cmc_bounded(args, run_copy.parent)
+    line = _one_error_line(err)
+    assert code == EXIT_IO, err
+    assert str(path) in line and all(w in line for w in words), line
