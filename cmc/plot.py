@@ -37,7 +37,11 @@ def plot_run(outdir: str | Path, physical: bool = False) -> Path:
     binaries = "binary_fraction" in d and np.any(np.asarray(d["N_binaries"]) > 0)
     tidal = "r_tidal" in d and np.any(np.asarray(d["r_tidal"]) > 0)
     rows = 3 + int(binaries) + int(tidal)
-    fig, ax = plt.subplots(rows, 1, figsize=(7, 3.3 * rows), sharex=True)
+    fig, ax = plt.subplots(rows, 1, figsize=(8.2, 3.3 * rows), sharex=True)
+    # legends beside the panels, never over a curve (inside, matplotlib's "best" place hid
+    # the 0.1 % Lagrange radius of King models, whose curves fill the whole panel)
+    beside = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0),
+              "borderaxespad": 0.0}
     ax[0].semilogy(t, d["r_c"] / d["r_h"])
     ax[0].set_ylabel("r_c / r_h")
     ax[1].semilogy(t, d["rho_c"] * mass / length ** 3)
@@ -45,11 +49,12 @@ def plot_run(outdir: str | Path, physical: bool = False) -> Path:
     lr = d["lagrange_radii"]
     for j, f in enumerate(attrs["lagrange_fractions"]):
         ax[2].semilogy(t, lr[:, j] * length, label=f"{100 * f:g} %")
-    ax[2].semilogy(t, d["r_c"] * length, "k--", label="r_c")
+    # r_c under the Lagrange radii, thinner: after a collapse it lies on r(0.1 %)
+    ax[2].semilogy(t, d["r_c"] * length, "k--", lw=0.8, zorder=1.5, label="r_c")
     if tidal:
         ax[2].semilogy(t, d["r_tidal"] * length, "k:", label="r_tidal")
     ax[2].set_ylabel(f"radius [{l_unit}]")
-    ax[2].legend(fontsize=8, ncol=3)
+    ax[2].legend(**beside)
     row = 3
     if tidal:
         m_unit = "Msun" if physical else "M0"
@@ -57,13 +62,13 @@ def plot_run(outdir: str | Path, physical: bool = False) -> Path:
         ax[row].plot(t, d["M_stripped"] * mass, label="stripped")
         ax[row].plot(t, d["M_escaped"] * mass, label="other escapers")
         ax[row].set_ylabel(f"mass [{m_unit}]")
-        ax[row].legend(fontsize=8)
+        ax[row].legend(**beside)
         row += 1
     if binaries:
         ax[row].plot(t, d["binary_fraction"], label="all")
         ax[row].plot(t, d["binary_fraction_core"], label="core (r < r_c)")
         ax[row].set_ylabel("binary fraction")
-        ax[row].legend(fontsize=8)
+        ax[row].legend(**beside)
     ax[-1].set_xlabel(t_label)
     fig.suptitle(f"{outdir.name}: stop = {attrs.get('stop_reason', '')}")
     fig.tight_layout()

@@ -96,6 +96,30 @@ def test_refuses_to_overwrite_a_run(tmp_path):
     assert (tmp_path / "o" / "evolution.png").stat().st_size > 1000
 
 
+def test_plot_legends_and_r_c_hide_no_lagrange_radius(tmp_path, monkeypatch):
+    """Every legend of evolution.png stands beside its panel, and r_c is drawn under the
+    Lagrange radii (after a collapse it lies on r(0.1 %)): neither hides a curve (issue 46,
+    item 11: the legend hid the 0.1 % curve of a King model)."""
+    import matplotlib.pyplot as plt
+
+    closed = []
+    monkeypatch.setattr(plt, "close", closed.append)
+    ini = tmp_path / "k.ini"
+    ini.write_text("[initial]\nmodel = king\nn = 400\nbinary_fraction = 0.1\n"
+                   "[tidal]\nmode = fixed\n[run]\nmax_steps = 3\nn_core_stop = 0\n")
+    assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == 0
+    assert main(["plot", str(tmp_path / "o")]) == 0
+    fig = closed[-1]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legends = [(ax, ax.get_legend()) for ax in fig.axes if ax.get_legend() is not None]
+    assert len(legends) == 3  # radii, mass (tidal), binary fraction
+    for ax, leg in legends:
+        assert leg.get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
+    lines = {ln.get_label(): ln for ln in fig.axes[2].get_lines()}
+    assert lines["r_c"].get_zorder() < lines["0.1 %"].get_zorder()
+
+
 def test_parameter_doc_is_current():
     """docs/parameters.md holds the table generated from the declarations (no drift)."""
     from pathlib import Path
