@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -32,6 +33,8 @@ from cmc.errors import (
     InputError,
     exit_code_for_stop,
     is_disk_full,
+    is_not_writable,
+    not_writable,
 )
 from cmc.log import log_file, log_traceback, setup_logging
 
@@ -96,9 +99,12 @@ def _on_root(comm, fn):
         except CmcError as exc:
             out = ("err", exc.exit_code, str(exc))
         except OSError as exc:
-            code = EXIT_IO if is_disk_full(exc) else EXIT_INPUT
-            where = f"{exc.filename}: " if exc.filename else ""
-            out = ("err", code, f"{where}{exc.strerror or exc}")
+            if is_not_writable(exc):  # exit 4, as in every command
+                out = ("err", EXIT_IO, str(not_writable(exc.filename or "a file", exc)))
+            else:
+                code = EXIT_IO if is_disk_full(exc) else EXIT_INPUT
+                where = f"{exc.filename}: " if exc.filename else ""
+                out = ("err", code, f"{where}{exc.strerror or exc}")
     out = comm.bcast(out, root=0)
     if out[0] == "err":
         exc = InputError(out[2])
@@ -159,6 +165,8 @@ def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:
     try:
         lock.acquire()
     except OSError as exc:
+        if is_not_writable(exc):
+            raise not_writable(outdir, exc) from None
         raise InputError(f"cannot use output directory {outdir}: {exc.strerror}") from None
     status = run_status(outdir)
     outputs = run_outputs(outdir)
@@ -460,6 +468,8 @@ def cmd_ic(args) -> int:
     except OSError as exc:
         if isinstance(exc, CmcError):
             raise
+        if is_not_writable(exc):
+            raise not_writable(out, exc) from None
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     log.info("wrote %d stars (%s) to %s", len(stars["r"]), args.model, out)
     return 0
@@ -493,6 +503,8 @@ def cmd_plot(args) -> int:
     try:
         path = plot_run(args.outdir, physical=args.physical)
     except (OSError, KeyError, ValueError) as exc:
+        if is_not_writable(exc):
+            raise not_writable(exc.filename or args.outdir, exc) from None
         raise InputError(f"cannot plot {args.outdir}: {exc}") from None
     setup_logging(0)
     log.info("wrote %s", path)
@@ -597,6 +609,11 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, OSError):
         if is_disk_full(exc):
             return EXIT_IO, f"disk full: {exc}; the last good checkpoint is intact"
+        if is_not_writable(exc):
+            # h5py names the file only inside its message ("name = '...'")
+            name = re.search(r"name = '([^']*)'", str(exc))
+            return EXIT_IO, str(not_writable(exc.filename or (name and name.group(1))
+                                             or "an output", exc))
         where = f"{exc.filename}: " if exc.filename else ""
         return EXIT_IO, f"I/O error: {where}{exc.strerror or exc}"
     if isinstance(exc, MemoryError):

@@ -36,7 +36,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from cmc.errors import InputError
+from cmc.errors import InputError, is_not_writable, not_writable
 
 log = logging.getLogger("cmc.cosmic")
 
@@ -325,6 +325,8 @@ def write_cosmic(path: str | os.PathLike, stars: dict[str, np.ndarray], m_total_
             a["Z"] = float(metallicity)
         os.replace(tmp, out)
     except OSError as exc:
+        if is_not_writable(exc):
+            raise not_writable(out, exc) from None
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     finally:
         if tmp.exists():

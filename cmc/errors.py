@@ -22,6 +22,7 @@ code meaning
 from __future__ import annotations
 
 import errno
+import os
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -69,6 +70,25 @@ class DamagedFileError(CmcError):
     (a copy cut short, a full disk) or damaged (exit 4, an I/O failure)."""
 
     exit_code = EXIT_IO
+
+
+def is_not_writable(exc: BaseException) -> bool:
+    """True for an OSError that says the file system refuses the write: permissions (EACCES,
+    EPERM: a read-only or foreign folder, an immutable file) or a read-only file system
+    (EROFS).  Every command ends with exit 4 for it (README, "Exit codes")."""
+    return isinstance(exc, PermissionError) or (isinstance(exc, OSError)
+                                                and exc.errno == errno.EROFS)
+
+
+def not_writable(path: object, exc: OSError) -> OutputError:
+    """The one-line error (exit 4) for ``path`` that cannot be written (:func:`is_not_writable`).
+
+    h5py puts HDF5's whole error stack into ``strerror``; the errno's own text is the part a
+    user needs."""
+    why = os.strerror(exc.errno) if isinstance(exc.errno, int) else (exc.strerror or str(exc))
+    return OutputError(exc.errno or errno.EACCES,
+                       f"cannot write {path}: {why} (make it writable, or write elsewhere)",
+                       str(path))
 
 
 def exit_code_for_stop(reason: str) -> int:

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,18 @@ def clear_outputs(outdir: str | os.PathLike) -> int:
         else:
             p.unlink()
     return len(found)
+
+
+def check_writable(folder: str | os.PathLike) -> None:
+    """Raise the OSError of creating a file in ``folder`` (a read-only folder, an immutable
+    one, a read-only file system), before a command spends minutes on work it cannot save.
+    The lock file may exist and be writable where nothing new can be created."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".cmc-write-test-", dir=folder)
+    except OSError as exc:  # named by the folder, not by the probe's random name
+        raise type(exc)(exc.errno, exc.strerror, str(folder)) from None
+    os.close(fd)
+    os.unlink(name)
 
 
 @dataclass
@@ -120,7 +133,8 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock or raise :class:`InputError` naming the holder."""
+        """Take the lock or raise :class:`InputError` naming the holder; an OSError when the
+        folder cannot be written (:func:`check_writable`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -136,6 +150,11 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, text.encode(), 0)
         self._fd = fd
+        try:
+            check_writable(self.path.parent)
+        except OSError:
+            self.release()
+            raise
 
     def release(self) -> None:
         if self._fd is not None:

@@ -81,12 +81,15 @@ import numpy as np
 from cmc.config import ConfigError, load_config
 from cmc.errors import (
     EXIT_INPUT,
+    EXIT_IO,
     EXIT_OK,
     EXIT_PHYSICS,
     EXIT_RESUMABLE,
     CmcError,
     InputError,
     exit_code_for_stop,
+    is_not_writable,
+    not_writable,
 )
 from cmc.log import log_traceback, setup_logging
 
@@ -665,13 +668,19 @@ def run_sweep(path: str | Path, world: Any, output: str | Path | None = None,
     outdir = Path(output or Path("runs") / Path(path).stem)
     err = None
     if rank == 0:
+        from cmc.rundir import check_writable
+
         try:
             outdir.mkdir(parents=True, exist_ok=True)
+            check_writable(outdir)  # sweep.log, every model's folder: before any work
         except OSError as exc:
-            err = f"cannot create output folder {outdir}: {exc.strerror or exc}"
+            err = ((EXIT_IO, str(not_writable(outdir, exc))) if is_not_writable(exc) else
+                   (EXIT_INPUT, f"cannot create output folder {outdir}: {exc.strerror or exc}"))
     err = world.bcast(err, root=0)
     if err:
-        raise InputError(err)
+        fail = InputError(err[1])
+        fail.exit_code = err[0]  # 4 for a folder that cannot be written, as in every command
+        raise fail
 
     if index is not None:
         comm, n_groups, group, active = world, 1, 0, True

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,55 @@ def test_truncated_or_damaged_run_files_end_at_once(run_copy, damage, command, w
     line = _one_error_line(err)
     assert code == EXIT_IO, err
     assert str(path) in line and all(w in line for w in words), line
+
+
+# --------------------------------------------------------------------------- item 10
+@contextmanager
+def _read_only(folder: Path):
+    """``folder`` made read-only for this process: mode 0o500, or for root (whom modes do
+    not stop) the immutable attribute; skips where neither works."""
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        try:
+            yield
+        finally:
+            folder.chmod(0o700)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("running as root without chattr +i: no way to make a folder read-only")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("command", ["run into it", "run below it", "restart", "ic", "ic cosmic",
+                                    "plot", "export", "export -o", "sweep"])
+def test_a_read_only_output_is_exit_4_in_every_command(run_copy, tmp_path, capsys, command):
+    """An output folder that cannot be written ends every command with exit 4 (I/O failure,
+    README's table: "not writable") and one line naming it.  Before, cmc export and a restart
+    said 4 (a raw HDF5 or OS message), cmc run, ic, plot and sweep said 2."""
+    ini = tmp_path / "m.ini"
+    ini.write_text(SMALL)
+    sweep = tmp_path / "sweep.ini"
+    sweep.write_text(f"[sweep]\nbase = {ini}\n[values]\ninitial.seed = 1, 2\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    target = run_copy if command in ("restart", "plot", "export") else ro
+    args = {"run into it": ["run", str(ini), "-o", str(ro)],
+            "run below it": ["run", str(ini), "-o", str(ro / "new")],
+            "restart": ["restart", str(run_copy), "--set", "run.max_steps=12"],
+            "ic": ["ic", "plummer", "--n", "100", "-o", str(ro / "ic.h5")],
+            "ic cosmic": ["ic", "plummer", "--n", "100", "--format", "cosmic",
+                          "-o", str(ro / "ic.h5")],
+            "plot": ["plot", str(run_copy)],
+            "export": ["export", str(run_copy)],
+            "export -o": ["export", str(run_copy), "-o", str(ro / "cmc")],
+            "sweep": ["sweep", str(sweep), "-o", str(ro / "sw")]}[command]
+    if command == "ic cosmic":
+        pytest.importorskip("tables")
+    with _read_only(target):
+        code = main(args)
+    line = _one_error_line(capsys.readouterr().err)
+    assert code == EXIT_IO, line
+    assert f"cannot write {target}" in line and "make it writable" in line, line

@@ -525,7 +525,8 @@ def test_output_path_problems_are_one_line_errors(tmp_path, capsys):
         ro.mkdir()
         ro.chmod(0o500)
         try:
-            assert main(["run", str(ini), "-o", str(ro / "o")]) == EXIT_INPUT
+            # not writable: exit 4 as in every command (tests/test_damaged_files.py)
+            assert main(["run", str(ini), "-o", str(ro / "o")]) == EXIT_IO
             assert "ro" in _one_error_line(capsys.readouterr().err)
         finally:
             ro.chmod(0o700)
