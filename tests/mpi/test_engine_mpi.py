@@ -361,11 +361,12 @@ def test_sweep_reports_broken_model(world, rpm):
     from cmc.sweep import run_sweep
 
     tmp = shared_tmpdir(world)
-    # model 2 asks for a King W0 outside [1, 12] (bad parameter), model 4 for initial
-    # conditions that are not there (fails in the set-up): they must fail alone
+    # model 2 fails in its run (an energy error), model 4 asks for initial conditions that
+    # are not there (fails in the set-up): they must fail alone.  (A value that the
+    # configuration refuses refuses the whole sweep: the next test.)
     sweep = _sweep_files(world, tmp, "initial.seed = 1, 2, 3, 4, 5\n"
                          "initial.model = plummer, king, king, plummer, file\n"
-                         "initial.w0 = 5, 6, 13, 5, 5\n"
+                         "run.energy_error_max = 0.05, 0.05, 1e-30, 0.05, 0.05\n"
                          f"initial.file = x, x, x, x, {tmp / 'missing.h5'}\n", rpm)
     code = run_sweep(sweep, world, tmp / "out")
     codes = world.allgather(code)
@@ -373,10 +374,24 @@ def test_sweep_reports_broken_model(world, rpm):
     assert codes == [3] * world.size
     assert [r["status"] for r in rows] == ["finished", "finished", "failed", "finished",
                                            "failed"], rows
-    assert rows[2]["stop_reason"].startswith("ConfigError") and "initial.w0" in \
-        rows[2]["stop_reason"]
+    assert rows[2]["stop_reason"] == "energy_error"
     assert "missing.h5" in rows[4]["stop_reason"]
     assert all(r["steps"] == 3 for r in rows if r["status"] == "finished")
+
+
+@pytest.mark.timeout(120)
+def test_sweep_with_a_bad_value_is_refused_on_every_rank(world):
+    """A value that any model refuses (initial.n = -5) refuses the whole sweep on every rank
+    together, before any model runs or any folder is made (issue 46, item 8)."""
+    from cmc.config import ConfigError
+    from cmc.sweep import run_sweep
+
+    tmp = shared_tmpdir(world)
+    sweep = _sweep_files(world, tmp, "initial.n = 400, -5\n", 1)
+    with pytest.raises(ConfigError, match=r"model 1 \(initial.n = -5\)"):
+        run_sweep(sweep, world, tmp / "out")
+    world.Barrier()
+    assert not (tmp / "out").exists()
 
 
 @pytest.mark.timeout(120)
