@@ -217,6 +217,23 @@ def _is_hdf5(path: str) -> bool:
     return head == b"\x89HDF\r\n\x1a\n"
 
 
+#: Names of HDF5 files: ``cmc run FILE`` with one of these takes FILE as initial conditions.
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
+
+
+def _refuse_false_hdf5(path: str) -> None:
+    """Raise :class:`InputError` for ``cmc run FILE.h5`` where FILE.h5 is missing or not HDF5
+    (garbage, a cut copy), which would otherwise be read as a parameter file and called
+    "parameter file ... not a text (INI) file"."""
+    if Path(path).suffix.lower() not in HDF5_SUFFIXES or _is_hdf5(path):
+        return
+    if not Path(path).exists():
+        raise InputError(f"cannot read {path}: no such file (initial conditions to run)")
+    raise InputError(f"{path}: not an HDF5 file (no HDF5 signature: damaged, or another "
+                     "format); cmc run takes initial conditions in HDF5 (ours or COSMIC's) "
+                     "or a parameter file (INI)")
+
+
 def cmd_run(args) -> int:
     from cmc.rundir import RunLock
 
@@ -232,6 +249,7 @@ def cmd_run(args) -> int:
         from cmc.cosmic import refuse_fits
 
         refuse_fits(args.config)  # rather than "not a text (INI) file"
+        _refuse_false_hdf5(args.config)  # likewise
         if _is_hdf5(args.config):
             # an initial-conditions file (ours or COSMIC's) run with the default parameters
             import h5py

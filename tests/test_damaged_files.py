@@ -183,3 +183,23 @@ def test_a_read_only_output_is_exit_4_in_every_command(run_copy, tmp_path, capsy
     line = _one_error_line(capsys.readouterr().err)
     assert code == EXIT_IO, line
     assert f"cannot write {target}" in line and "make it writable" in line, line
+
+
+# --------------------------------------------------------------------------- item 11
+@pytest.mark.parametrize("name,content,words", [
+    ("garbage.h5", bytes(range(256)) * 8, "not an HDF5 file"),
+    ("hello.hdf5", b"hello\n", "not an HDF5 file"),
+    ("missing.h5", None, "no such file"),
+])
+def test_cmc_run_of_an_hdf5_name_that_is_not_hdf5(tmp_path, capsys, name, content, words):
+    """``cmc run FILE.h5`` takes FILE.h5 as initial conditions: garbage (or a missing file)
+    there is called so, not "parameter file garbage.h5: not a text (INI) file"."""
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["run", str(path), "-o", str(tmp_path / "o")]) == EXIT_INPUT
+    line = _one_error_line(capsys.readouterr().err)
+    assert words in line and str(path) in line, line
+    assert f"parameter file {path}" not in line and "not a text" not in line, line
+    assert not (tmp_path / "o").exists()
+
