@@ -609,7 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="plot r_c/r_h, rho_c and Lagrange radii of a run")
     pl.add_argument("outdir", help="run folder (written by cmc run)")
     pl.add_argument("--physical", action="store_true",
-                    help="time in Myr, radii in pc, masses in Msun")
+                    help="time in Myr, radii in pc, masses in Msun, drawn to "
+                    "OUTDIR/evolution_physical.png (evolution.png is left as it is)")
     pl.set_defaults(func=cmd_plot)
     pa = sub.add_parser("params", help="list every parameter with unit and default")
     pa.set_defaults(func=cmd_params)

@@ -15,7 +15,9 @@ def plot_run(outdir: str | Path, physical: bool = False) -> Path:
     """Draw ``OUTDIR/evolution.png`` from ``OUTDIR/diagnostics.h5``; returns its path.
 
     ``physical``: time in Myr, radii in pc, densities in Msun/pc^3, masses in Msun (the
-    conversion factors the file carries, :class:`cmc.units.Units`).
+    conversion factors the file carries, :class:`cmc.units.Units`), drawn to
+    ``OUTDIR/evolution_physical.png``: a file of its own, so that the plot in code units
+    (which ``make run`` draws) is never replaced by the other.
     """
     import matplotlib
 
@@ -72,8 +74,9 @@ def plot_run(outdir: str | Path, physical: bool = False) -> Path:
     ax[-1].set_xlabel(t_label)
     fig.suptitle(f"{outdir.name}: stop = {attrs.get('stop_reason', '')}")
     fig.tight_layout()
-    path = outdir / "evolution.png"
-    tmp = outdir / "evolution.tmp.png"
+    name = "evolution_physical" if physical else "evolution"
+    path = outdir / f"{name}.png"
+    tmp = outdir / f"{name}.tmp.png"
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(path)

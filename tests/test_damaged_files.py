@@ -203,3 +203,13 @@ def test_cmc_run_of_an_hdf5_name_that_is_not_hdf5(tmp_path, capsys, name, conten
     assert f"parameter file {path}" not in line and "not a text" not in line, line
     assert not (tmp_path / "o").exists()
 
+
+def test_plot_physical_leaves_evolution_png_alone(run_copy):
+    """``cmc plot --physical`` draws evolution_physical.png; before, it replaced the plot in
+    code units (evolution.png)."""
+    assert main(["plot", str(run_copy)]) == 0
+    png = run_copy / "evolution.png"
+    before = png.read_bytes()
+    assert main(["plot", str(run_copy), "--physical"]) == 0
+    assert png.read_bytes() == before
+    assert (run_copy / "evolution_physical.png").stat().st_size > 1000
