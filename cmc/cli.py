@@ -115,43 +115,29 @@ def _on_root(comm, fn):
 
 
 def _warm_kernels(comm) -> None:
-    """Compile the step's numba kernels on rank 0 alone (with a message: it takes a minute
-    after an install or update) before the other ranks load them from the cache."""
+    """Load the step's numba kernels on rank 0 alone, compiling them where the cache has none
+    (after an install or update, in a new checkout), before the other ranks load them from
+    the cache: ranks that compile the same kernels at once each take the minute.
+
+    Whether anything compiles is numba's to say, not a guess from the cache folder (which
+    holds other checkouts' kernels: numba keys its cache by source path): :mod:`cmc.compiling`
+    logs "compiling kernels" at numba's first compilation, progress every
+    ``PROGRESS_EVERY_S``, and holds a Ctrl-C until the function at hand is compiled.
+    """
     if comm.Get_rank() == 0:
-        import numba
+        from cmc.compiling import WATCH
+        from cmc.config import Config
+        from cmc.simulation import Simulation
+        from parallel.comm import SerialComm
 
-        cache = Path(numba.config.CACHE_DIR or ".")
-        if not any(cache.rglob("orbits*.nbi")):
-            # Ctrl-C inside LLVM's callbacks is swallowed and leaves numba broken: note it,
-            # finish compiling, then stop (a second Ctrl-C ends at once)
-            interrupted = []
-
-            def on_sigint(signum, frame):
-                if interrupted:
-                    _err("interrupted")
-                    os._exit(EXIT_INTERRUPTED)
-                interrupted.append(signum)
-                sys.stderr.write("cmc: interrupt noted: stopping once the kernels are compiled "
-                                 "(Ctrl-C again to stop now)\n")
-
-            # installed before the line below is written: a Ctrl-C the line prompts must be
-            # noted like one during the compilation, not end the run in the imports that
-            # follow the line (seconds on a loaded machine)
-            old = signal.signal(signal.SIGINT, on_sigint)
-            try:
-                log.info("compiling kernels (the first run after an install or update takes "
-                         "about a minute; later runs load them from %s)", cache)
-                from cmc.config import Config
-                from cmc.simulation import Simulation
-                from parallel.comm import SerialComm
-
-                cfg = Config()
-                cfg.initial.n = 200
-                Simulation.create(cfg, SerialComm(), None).step()
-            finally:
-                signal.signal(signal.SIGINT, old)
-            if interrupted:
-                raise KeyboardInterrupt
+        kernels, seconds = WATCH.kernels, WATCH.seconds
+        cfg = Config()
+        cfg.initial.n = 200
+        Simulation.create(cfg, SerialComm(), None).step()
+        if WATCH.seconds > seconds:
+            log.info("kernels compiled: %d in %.0f s", WATCH.kernels - kernels,
+                     WATCH.seconds - seconds)
+            WATCH.end_episode()
     comm.Barrier()
 
 

@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from cmc import io as cio
+from cmc.compiling import WATCH as COMPILE_WATCH
 from cmc.config import Config, load_config
 from cmc.errors import (
     EXIT_INTERNAL,
@@ -1709,11 +1710,19 @@ class Simulation:
         parts0 = dict(self.timers)
         star_steps = 0.0
         in_step = in_output = 0.0
+        # steps in which any rank compiled kernels (cmc.compiling: a kernel's first use, or
+        # all of them in a new checkout) are left out of the timing whole, parts, outputs and
+        # loop, so that it times steady steps (a compile took 297 ms per step where steps
+        # took 40)
+        compiled = {"steps": 0, "star_steps": 0.0, "wall": 0.0, "step": 0.0, "output": 0.0,
+                    "compile": 0.0, "parts": dict.fromkeys(PARTS, 0.0)}
         try:
             while not reason:
                 t_step = time.perf_counter()
+                compile0, parts_before = COMPILE_WATCH.seconds, dict(self.timers)
+                step_before, output_before, n_step = in_step, in_output, self.n_total
                 try:
-                    star_steps += self.n_total
+                    star_steps += n_step
                     d = self.step()
                     reason = self._stop_reason(d)
                 except StopRun as exc:
@@ -1729,7 +1738,8 @@ class Simulation:
                     float(self.cfg.run.max_wall_hours > 0
                           and wall > 3600 * self.cfg.run.max_wall_hours),
                     float(time.monotonic() - self._last_checkpoint
-                          > 60 * out.checkpoint_minutes > 0)]))
+                          > 60 * out.checkpoint_minutes > 0),
+                    float(COMPILE_WATCH.seconds > compile0)]))
                 if not reason and flags[0]:
                     reason = "signal"
                 if not reason and flags[1]:
@@ -1753,6 +1763,17 @@ class Simulation:
                 if (step % out.checkpoint_every == 0 or flags[2]) and not reason:
                     self.write_checkpoint()
                 in_output += time.perf_counter() - t_out
+                if flags[3]:
+                    log.info("step %d compiled kernels (%.1f s on rank 0): left out of the "
+                             "timing", step, COMPILE_WATCH.seconds - compile0)
+                    compiled["steps"] += 1
+                    compiled["star_steps"] += n_step
+                    compiled["wall"] += time.perf_counter() - t_step
+                    compiled["step"] += in_step - step_before
+                    compiled["output"] += in_output - output_before
+                    compiled["compile"] += COMPILE_WATCH.seconds - compile0
+                    for p in PARTS:
+                        compiled["parts"][p] += self.timers[p] - parts_before[p]
         finally:
             for sig, h in old.items():
                 signal.signal(sig, h)
@@ -1765,7 +1786,7 @@ class Simulation:
         in_output += time.perf_counter() - t_out
         self.timing = self._timing_summary(self.state.step - step0, star_steps,
                                            time.perf_counter() - loop_start, in_step, in_output,
-                                           parts0)
+                                           parts0, compiled)
 
         def close() -> None:
             if self._diag is not None:
@@ -1790,7 +1811,8 @@ class Simulation:
         self.replicas = None
 
     def _timing_summary(self, steps: int, star_steps: float, wall: float, in_step: float,
-                        in_output: float, parts0: dict[str, float]) -> dict:
+                        in_output: float, parts0: dict[str, float],
+                        compiled: dict | None = None) -> dict:
         """Where this invocation of :meth:`run` spent its time (collective: each figure the
         slowest rank's); logged and kept as the ``timing`` attribute of diagnostics.h5.
 
@@ -1800,21 +1822,36 @@ class Simulation:
         diagnostics rows, checkpoints) and ``loop_other`` (stop checks, progress lines,
         signal and wall-clock reductions).  ``star_steps`` is the sum over the steps of the
         number of objects.
+
+        ``compiled`` (from :meth:`run`): the steps in which kernels compiled, with their
+        share of each figure, which is taken out; ``steps`` are then the steps timed,
+        ``steps_compiling`` those left out and ``compile_s`` the compilation in them.
         """
-        parts = {p: self.timers[p] - parts0.get(p, 0.0) for p in PARTS}
+        c = compiled or {"steps": 0, "star_steps": 0.0, "wall": 0.0, "step": 0.0,
+                         "output": 0.0, "compile": 0.0, "parts": {}}
+        steps -= c["steps"]
+        star_steps -= c["star_steps"]
+        wall, in_step, in_output = wall - c["wall"], in_step - c["step"], in_output - c["output"]
+        parts = {p: self.timers[p] - parts0.get(p, 0.0) - c["parts"].get(p, 0.0) for p in PARTS}
         step_other = in_step - sum(parts.values())
-        mine = np.array([wall, in_step, in_output, step_other, *parts.values()])
+        mine = np.array([wall, in_step, in_output, step_other, c["compile"], *parts.values()])
         worst = allreduce_max(self.comm, mine)
-        wall, in_step, in_output, step_other = (float(x) for x in worst[:4])
-        parts = dict(zip(PARTS, (float(x) for x in worst[4:]), strict=True))
+        wall, in_step, in_output, step_other, compile_s = (float(x) for x in worst[:5])
+        parts = dict(zip(PARTS, (float(x) for x in worst[5:]), strict=True))
         out = {"steps": int(steps), "star_steps": float(star_steps), "wall_s": wall,
                "step_s": in_step, "parts_s": parts, "step_other_s": step_other,
                "output_s": in_output, "loop_other_s": wall - in_step - in_output,
+               "steps_compiling": int(c["steps"]), "compile_s": compile_s,
                "ranks": self.size, "threads": int(numba.get_num_threads())}
+        left_out = (f"; {c['steps']} step(s) that compiled kernels ({compile_s:.1f} s of "
+                    "compilation) left out" if c["steps"] else "")
         if steps:
             log.info("timing: %d steps in %.1f s, %.2f ms per step (%.3f us per star-step): %s "
-                     "ms per step", steps, wall, wall / steps * 1e3,
-                     wall / max(star_steps, 1.0) * 1e6, timing_split(out))
+                     "ms per step%s", steps, wall, wall / steps * 1e3,
+                     wall / max(star_steps, 1.0) * 1e6, timing_split(out), left_out)
+        elif c["steps"]:
+            log.info("timing: none: every step compiled kernels (%.1f s of compilation)",
+                     compile_s)
         return out
 
 

@@ -128,33 +128,3 @@ def test_parameter_doc_is_current():
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "parameters.md").read_text()
     assert parameter_table() in doc
-
-
-def test_one_ctrl_c_while_compiling_stops_after_it(tmp_path, monkeypatch, capsys):
-    """One Ctrl-C while the kernels compile (an empty cache) is noted on stderr; the
-    compilation goes on to its end (a half-compiled numba is broken), then the run stops with
-    KeyboardInterrupt (exit 130 in the CLI), and the old SIGINT handler is back."""
-    import signal
-
-    import numba
-
-    import cmc.cli as cli
-    import cmc.simulation as simulation
-    from parallel.comm import SerialComm
-
-    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))  # no orbits*.nbi there
-    done = []
-
-    class Compiling:
-        def step(self):
-            signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C, mid-compilation
-            done.append("compiled")  # the compilation was not cut short
-
-    monkeypatch.setattr(simulation.Simulation, "create",
-                        classmethod(lambda cls, cfg, comm, outdir=None: Compiling()))
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        cli._warm_kernels(SerialComm())
-    assert done == ["compiled"]
-    assert "interrupt noted" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is before

@@ -332,11 +332,12 @@ def test_run_reports_where_its_time_went(tmp_path):
     ini.write_text("[initial]\nn = 1000\n[run]\nmax_steps = 12\nn_core_stop = 0\n"
                    "[output]\ndiagnostics_every = 5\n")
     assert main(["run", str(ini), "-o", str(tmp_path / "o")]) == 0
-    assert "timing: 12 steps in" in (tmp_path / "o" / "cmc.log").read_text()
     with h5py.File(tmp_path / "o" / "diagnostics.h5", "r") as fh:
         t = json.loads(fh.attrs["timing"])
-    assert t["steps"] == 12 and t["ranks"] == 1
-    assert 12 * 900 <= t["star_steps"] <= 12 * 1000
+    # steps that compiled kernels (a fresh cache) are left out of the figures
+    assert t["steps"] + t["steps_compiling"] == 12 and t["ranks"] == 1
+    assert f"timing: {t['steps']} steps in" in (tmp_path / "o" / "cmc.log").read_text()
+    assert t["steps"] * 900 <= t["star_steps"] <= t["steps"] * 1000
     parts = sum(t["parts_s"].values())
     assert 0.0 < parts <= t["step_s"] + 1e-9
     assert t["step_other_s"] == pytest.approx(t["step_s"] - parts)
@@ -344,7 +345,8 @@ def test_run_reports_where_its_time_went(tmp_path):
     assert t["loop_other_s"] == pytest.approx(t["wall_s"] - t["step_s"] - t["output_s"])
     assert main(["restart", str(tmp_path / "o"), "--set", "run.max_steps=15"]) == 0
     with h5py.File(tmp_path / "o" / "diagnostics.h5", "r") as fh:
-        assert json.loads(fh.attrs["timing"])["steps"] == 3
+        t = json.loads(fh.attrs["timing"])
+    assert t["steps"] + t["steps_compiling"] == 3
 
 
 def test_escaper_table_accounts_for_every_escaper(tmp_path):

@@ -345,8 +345,9 @@ _CMC_WAITING_AFTER_COMPILING_LINE = """
 import sys
 
 import cmc.cli as cli
+import cmc.compiling as compiling
 
-logger = cli.log
+logger = compiling.log
 
 
 class WaitAfterCompilingLine:
@@ -359,7 +360,7 @@ class WaitAfterCompilingLine:
             sys.stdin.readline()
 
 
-cli.log = WaitAfterCompilingLine()
+compiling.log = WaitAfterCompilingLine()
 cli.entry()
 """
 
@@ -367,7 +368,7 @@ cli.entry()
 def test_ctrl_c_while_compiling_kernels(tmp_path, config):
     """Ctrl-C during set-up (the kernels compile into an empty cache) is noted and the
     compilation goes on; a second Ctrl-C ends the run at once, exit 130.  (The first one
-    alone stops it once the kernels are compiled, test_cli's
+    alone stops it once the function being compiled is done, test_compiling's
     test_one_ctrl_c_while_compiling_stops_after_it, without a minute of compiling.)
 
     The first Ctrl-C comes right after the "compiling kernels" line, the child holding there
