@@ -288,6 +288,19 @@ def test_damaged_checkpoint_names_the_intact_one(tmp_path, config, ranks):
 
 
 @pytest.mark.parametrize("ranks", RANKS)
+def test_truncated_diagnostics_ends_every_rank_of_a_restart(tmp_path, config, ranks):
+    """A diagnostics.h5 cut to half (issue 46, item 1): rank 0 finds it within seconds and
+    every rank ends with exit 4 and one line; before, rank 0 slept in HDF5's retries for ever
+    and the others waited for it in the next collective."""
+    out = tmp_path / "run"
+    assert_ok(launch(["run", config, "-o", out], ranks, tmp_path))
+    diag = out / "diagnostics.h5"
+    os.truncate(diag, diag.stat().st_size // 2)
+    res = launch(["restart", out, "--set", "run.max_steps=8"], ranks, tmp_path)
+    assert_error(res, 4, str(diag), "is truncated", "start it afresh")
+
+
+@pytest.mark.parametrize("ranks", RANKS)
 def test_restart_on_another_number_of_ranks(tmp_path, config, ranks):
     out = tmp_path / "run"
     assert_ok(launch(["run", config, "-o", out, "--set", "run.max_steps=3"], ranks, tmp_path))
