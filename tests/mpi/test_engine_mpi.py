@@ -90,7 +90,10 @@ def test_parallel_run_equals_serial_emulation(world, binaries, tidal):
     same, rel, n_end, n_start, n_enc, n_strip, n_debt = world.bcast(verdict, root=0)
     assert all(same.values()), same
     assert not rel, f"diagnostics differ: {rel}"
-    assert n_debt >= 2  # the comparison covers energy debts passed on between ranks' blocks
+    # the comparison covers energy debts passed on between blocks (1 step of 50 in the tidal
+    # run without binaries with the pinned packages; debts forced across ranks:
+    # test_take_deficit_carries_event_debts_across_ranks and the binary-debt test)
+    assert n_debt >= 1
     assert n_end <= n_start
     if binaries:
         assert n_enc >= 5  # the comparison covers encounters
