@@ -187,13 +187,17 @@ def test_binary_debts_carried_across_ranks_equal_serial_emulation(world, monkeyp
     sizes = []
 
     def cold(sim):
-        """rank 0's last block slowed, a wide binary in it"""
+        """rank 0's last block slowed, its binaries made single (no encounter gives it
+        kinetic energy), a wide binary in it"""
         if sim.offset <= row < sim.offset + sim.stars.n:
             s = sim.stars
             i = row - sim.offset
             blk = slice(i - 5, i + 15)
             s.vr[blk] *= 1e-3
             s.vt[blk] *= 1e-3
+            s.binind[blk] = -1
+            for col in ("bin_id1", "bin_id2"):
+                getattr(s, col)[blk] = -1
             m = float(s.m[i])
             s.binind[i], s.bin_id1[i], s.bin_id2[i] = 10**6, 10**9, 10**9 + 1
             s.bin_m1[i] = s.bin_m2[i] = 0.5 * m
@@ -211,8 +215,7 @@ def test_binary_debts_carried_across_ranks_equal_serial_emulation(world, monkeyp
     debts, pay = first[0] if first else (np.zeros(0), np.zeros(0))
     par_diag = {k: np.asarray(v) for k, v in sim.history.items()}
     e_b = world.allreduce(sum(sizes))
-    verdict = None
-    if world.rank == 0:
+    def emulate():
         first.clear()
         emu = Simulation.create(_cfg(p if p > 1 else 0, binaries=0.1, steps=steps),
                                 SerialComm())
@@ -227,14 +230,23 @@ def test_binary_debts_carried_across_ranks_equal_serial_emulation(world, monkeyp
         # what the binary's block owed in the first step, and what the blocks after it paid
         owed = float(debts[row // 20])
         paid_beyond = float(np.sum(pay[row // 20 + 1:]))
-        verdict = (same, rel, owed, paid_beyond, float(par_diag["E_oops"][1]),
-                   float(par_diag["E_taken"][1]),
-                   float(np.max(np.abs(par_diag["E_tot"][1:] / e_start - 1.0))))
-    same, rel, owed, paid_beyond, e_oops, e_taken, de = world.bcast(verdict, root=0)
+        return (same, rel, owed, paid_beyond, float(par_diag["E_oops"][1]),
+                float(par_diag["E_taken"][1]),
+                float(np.max(np.abs(par_diag["E_tot"][1:] / e_start - 1.0))))
+
+    verdict = None
+    if world.rank == 0:
+        try:
+            verdict = emulate()
+        except Exception as exc:  # noqa: BLE001 -- it must reach every rank, not hang them
+            verdict = repr(exc)
+    verdict = world.bcast(verdict, root=0)
+    assert not isinstance(verdict, str), verdict
+    same, rel, owed, paid_beyond, e_oops, e_taken, de = verdict
     assert all(same.values()), same
     assert not rel, f"diagnostics differ: {rel}"
-    # (the block's encounters of this step gave it some kinetic energy to pay with)
-    assert owed >= 0.3 * e_b and paid_beyond >= owed
+    # the block owes about all of it (its stars are slowed 1000-fold and meet no one)
+    assert owed >= 0.9 * e_b and paid_beyond >= owed
     assert e_taken >= 0.99 * e_b and abs(e_oops) < 1e-3 * e_b
     assert de < 1e-12
 
