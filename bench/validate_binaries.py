@@ -78,6 +78,12 @@ def analyse_single(name: str) -> dict:
     k_min = int(np.argmin(ratio[: first3 + 1])) if n3[-1] > 0 else int(np.argmin(ratio))
     after = slice(k_min, None)
     k_bounce = k_min + int(np.argmax(ratio[after]))
+    # the 1 % Lagrange radius (the default fractions 0.001, 0.01, ...): with N_core ~ 3 the
+    # Casertano-Hut r_c follows the two or three heavy binaries at the very centre, and stays
+    # small until they are ejected while the core around them re-expands
+    r1 = np.asarray(d["lagrange_radii"])[:, 1] / d["r_h"]
+    j_min = int(np.argmin(r1[: first3 + 1])) if n3[-1] > 0 else int(np.argmin(r1))
+    j_bounce = j_min + int(np.argmax(r1[j_min:]))
     return {
         "name": name, "t_end": float(t[-1]), "steps": int(d["step"][-1]),
         "stop_reason": str(attrs.get("stop_reason", "")),
@@ -87,6 +93,9 @@ def analyse_single(name: str) -> dict:
         "rc_rh_min": float(ratio[k_min]), "t_rc_min": float(t[k_min]),
         "rc_rh_max_after": float(ratio[k_bounce]), "t_rc_max_after": float(t[k_bounce]),
         "bounce_factor": float(ratio[k_bounce] / ratio[k_min]),
+        "r1pct_rh_min": float(r1[j_min]), "r1pct_rh_max_after": float(r1[j_bounce]),
+        "t_r1pct_max_after": float(t[j_bounce]),
+        "r1pct_bounce_factor": float(r1[j_bounce] / r1[j_min]),
         "three_body_binaries": int(n3[-1]),
         "encounters": int(np.sum(d["n_binary_single"]) + np.sum(d["n_binary_binary"])),
         "max_binaries": int(np.max(d["N_binaries"])),
@@ -112,6 +121,10 @@ def analyse_primordial(name: str) -> dict:
 
     destroyed = np.cumsum(d["n_ionisations"] + d["n_wide_broken"])
     at100 = int(np.searchsorted(t, 100.0)) - 1
+    reached100 = t[-1] >= 100.0  # (a run cut short by its wall clock has no value there)
+
+    def at_100(x: float) -> float:
+        return float(x) if reached100 else float("nan")
     n_enc = float(np.sum(d["n_binary_single"]) + np.sum(d["n_binary_binary"]))
     late = t >= t_cc
     return {
@@ -121,12 +134,12 @@ def analyse_primordial(name: str) -> dict:
         "rc_rh_median_tcc_to_50": window(t_cc, 50.0, ratio),
         "rc_rh_median_50_to_100": window(50.0, 100.0, ratio),
         "rc_rh_median_100_to_200": window(100.0, 200.0, ratio),
-        "r_h_at_100_over_r_h0": float(d["r_h"][at100] / d["r_h"][0]),
+        "r_h_at_100_over_r_h0": at_100(d["r_h"][at100] / d["r_h"][0]),
         "binary_fraction_core_median_after_tcc": float(np.median(
             d["binary_fraction_core"][late])),
         "binary_fraction_median_after_tcc": float(np.median(d["binary_fraction"][late])),
-        "binaries_destroyed_by_100": float(destroyed[at100] / nb0),
-        "binaries_left_at_100": float(d["N_binaries"][at100] / nb0),
+        "binaries_destroyed_by_100": at_100(destroyed[at100] / nb0),
+        "binaries_left_at_100": at_100(d["N_binaries"][at100] / nb0),
         "binaries_destroyed_by_end": float(destroyed[-1] / nb0),
         "binaries_left_at_end": float(d["N_binaries"][-1] / nb0),
         "encounters": n_enc,
@@ -138,6 +151,7 @@ def analyse_primordial(name: str) -> dict:
         "max_abs_dE_rel": float(np.max(np.abs(d["dE_rel"]))),
         "E_binding_start_over_E0": float(d["E_binding"][0] / abs(attrs["e0"])),
         "E_encounters_over_E0": float(d["E_encounters"][-1] / abs(attrs["e0"])),
+        "E_taken_over_E0": float(d["E_taken"][-1] / abs(attrs["e0"])),
         "E_oops_over_E0": float(d["E_oops"][-1] / abs(attrs["e0"])),
         "mass_lost_fraction": float(d["M_escaped"][-1]),
     }
@@ -223,35 +237,57 @@ def report(single: list[dict], prim: list[dict]) -> str:
         lines.append("")
     lines += [
         "## Reading", "",
+        "* Made again on 2026-11-28 after issue 45's physics fixes (three-body rate of the two "
+        "heaviest stars with 20/18 for the block's untried stars, BH_AVEKERNEL, T_bs and T_bb "
+        "as CMC-COSMIC's, a wide binary never meets a hard one, energy a block cannot pay "
+        "carried outward).  The primordial runs stopped at their wall clock (--hours 1.0 on a "
+        "loaded machine) and were continued with `cmc restart` to 200 t_rh0 (a restart is bit "
+        "for bit).",
         "* Without primordial binaries the core collapses at the engine's usual time; the "
         "first three-body binary forms when N_core is down to a few stars (the rate goes as "
         "n^2 v^-9 with hardness >= 5), then a handful of binaries and their encounters stop "
-        "the collapse and r_c/r_h climbs by three to four decades within 3-5 t_rh0.  At "
-        "N = 1e4 the core then contracts again (the start of gravothermal oscillations, as "
-        "expected above N ~ 7000; Goodman 1987, Breen & Heggie 2012); the runs stop at "
-        "25 t_rh0.  (At theta_max = 1.412 with 20-star windows, the default from issue 16 "
-        "until 2026-11-25, no three-body binary formed in these three runs: docs/method.md, "
-        "\"Time step\".)",
-        "* With 10 % hard binaries the core reaches r_c < 0.1 r_c0 at 17.4-18.2 t_rh0, about "
-        "when it does without (17.96 [16.63, 19.33] over 8 seeds, docs/validation.md; an "
-        "earlier sitting at other time-step settings found it 1-2 t_rh0 later), and stops at "
-        "r_c/r_h ~ 0.02 (binary burning), inside a factor 2 of HTH06's 0.03-0.05.  The cluster "
-        "is isolated: the energy the binaries give (more than |E0|; their initial binding "
-        "energy is about half of E0, a log-uniform in [0.01, 0.3] a_hs) drives it to r_h ~ "
-        "13-15 r_h0 by 100 t_rh0 and 43-45 % of the mass out, so r_c/r_h falls to ~0.004 "
-        "later; HTH06 and Fregeau & Rasio (2007) model tidally limited clusters.",
-        "* The core binary fraction stays 1.6-1.9x the overall one.  By 100 t_rh0, 38-42 % of "
+        "the collapse: the 1 % Lagrange radius grows 20-24 fold within 1-2 t_rh0 of the first "
+        "binary (r1pct rows).  The Casertano-Hut r_c/r_h rose by three to four decades in all "
+        "three runs of the 2026-11-25 page; here it does so in one (s2, at 23.5 t_rh0), while "
+        "in s1 and s3 it stays at ~1e-4 to 25 t_rh0: with N_core ~ 3 the density-weighted r_c "
+        "follows the two or three binaries (twice the stars' mass) at the very centre, which "
+        "are not ejected by then, while the core around them re-expands.  This is not issue "
+        "45's doing: the code before it (21d45c4) run today from the same seed gives the same "
+        "r_c/r_h to 25 t_rh0 (bounce factor 3.9) and a 1 % radius bounce of 20x (22x now); the "
+        "same code with the block debts booked as E_oops gives this page's bits (E_oops stays "
+        "0 in these runs).  The page of 2026-11-25 was made with earlier code and packages: "
+        "its collapse times (t_ncore_below_100 19.96, 19.28, 18.54) differ from today's "
+        "before any binary exists.  At N = 1e4 the core then contracts again (the start of "
+        "gravothermal oscillations, as expected above N ~ 7000; Goodman 1987, Breen & Heggie "
+        "2012); the runs stop at 25 t_rh0.",
+        "* With 10 % hard binaries the core reaches r_c < 0.1 r_c0 at 17.6 and 21.4 t_rh0 (17.4 "
+        "and 18.2 on the 2026-11-25 page; without binaries 17.96 [16.63, 19.33] over 8 seeds, "
+        "docs/validation.md), and stops at r_c/r_h ~ 0.02 to 50 t_rh0 (binary burning), inside "
+        "a factor 2 of HTH06's 0.03-0.05.  The cluster is isolated: the energy the binaries "
+        "give (more than |E0|; their initial binding energy is about half of E0, a log-uniform "
+        "in [0.01, 0.3] a_hs) drives it to r_h ~ 10-13 r_h0 by 100 t_rh0 and 40-47 % of the "
+        "mass out, so r_c/r_h falls to ~0.006-0.009 over 50-100 t_rh0 and ~0.004 later in s2; "
+        "s1's core contracts again after ~90 t_rh0 to a few binaries (median r_c/r_h 3e-5 over "
+        "100-200 t_rh0, the Casertano-Hut r_c of a core of N_core ~ 5, its binary fraction "
+        "0.3-0.6).  Neither run of the 2026-11-25 page did this; whether issue 45's T_bs, "
+        "which lets the step grow (s1 took 87,095 steps against 102,938 then), plays a part "
+        "is not investigated.  HTH06 and Fregeau & "
+        "Rasio (2007) model tidally limited clusters.",
+        "* The core binary fraction stays 1.7-2.0x the overall one.  By 100 t_rh0, 40-42 % of "
         "the binaries were destroyed (ionised or broken as wide) and about 30 % ejected: more "
         "than half are gone, as Gao et al. (1991) found, though destruction alone is below "
         "half.",
-        "* Energy: |dE/E0| stays below 1e-13 through collapse and 200 t_rh0 of binary "
-        "burning (2.2e-13 in the runs without primordial binaries), with the binaries' internal "
+        "* Energy: |dE/E0| stays below 1.1e-13 through collapse and 200 t_rh0 of binary "
+        "burning (2.0e-13 in the runs without primordial binaries), with the binaries' internal "
         "energy, the few-body integrator's error (E_integrator) and the other processes' "
-        "columns in the budget (it was up to 1.2e-4 before the energy fixes of 2026-11-25).  "
-        "E_oops (the outer binding energy of stable triples, split into binary + star, that "
-        "the block's other stars could not pay, and the pair energy of events in the same "
-        "step; CMC books the first the same way) is 1.5-2.2 % of |E0| over the run.  About 1 % "
-        "of encounters were discarded (unresolved within 200 000 steps).",
+        "columns in the budget.  The energy that breaking wide binaries and splitting stable "
+        "triples needs is now taken from the stars: from the block's others, and what they "
+        "cannot give from the blocks further out, across ranks, as CMC-COSMIC's "
+        "break_wide_binaries carries its E_excess (E_taken: 4.4-6.3 % of |E0| over the run).  "
+        "The 2026-11-25 page booked what the block could not give as E_oops, energy no star "
+        "paid (1.5-2.2 % of |E0|), and wrongly said CMC does the same; E_oops now holds only "
+        "the pair energy of different events' mass changes in one step (-2e-6 to -4e-6 of "
+        "|E0|).  About 1.3 % of encounters were discarded (unresolved within 200 000 steps).",
         ""]
     return "\n".join(lines) + "\n"
 
