@@ -53,7 +53,8 @@ class InitialConfig:
                        lo=0.0, lo_open=True)
     file: str = _p("", "", "initial-conditions HDF5 file when model = file")
     binary_fraction: float = _p(0.0, "", "fraction of the objects that are primordial binaries "
-                                "(the object's mass is split between two members)", lo=0.0,
+                                "(exactly round(f N) of them, chosen by the seed; the "
+                                "object's mass is split between two members)", lo=0.0,
                                 hi=1.0)
     binary_q_min: float = _p(0.1, "", "smallest mass ratio m2/m1 of a primordial binary "
                              "(q uniform in [q_min, 1])", lo=0.0, hi=1.0, lo_open=True)

@@ -252,7 +252,9 @@ def primordial_binaries(m: np.ndarray, rng: np.random.Generator, fraction: float
         Draws, in this order: which objects are binaries (one uniform per object), then per
         binary the mass ratio, log a, and e (three uniforms per binary).
     fraction : float
-        Probability that an object is a binary.
+        Fraction of the objects that are binaries: exactly ``round(fraction * n)`` of them
+        (halves rounded up), those whose uniform is among the smallest (a random subset of
+        that size, fixed by the stream).
     q_min : float
         Mass ratios ``q = m2 / m1`` uniform in ``[q_min, 1]``.
     a_min_hs, a_max_hs : float
@@ -272,8 +274,11 @@ def primordial_binaries(m: np.ndarray, rng: np.random.Generator, fraction: float
     if not (0.0 < a_min_hs <= a_max_hs):
         raise ValueError(f"need 0 < binary_a_min <= binary_a_max, got {a_min_hs}, {a_max_hs}")
     n = m.size
-    is_bin = rng.random(n) < fraction
-    index = np.flatnonzero(is_bin)
+    # the k objects with the smallest of n uniforms: the fraction exactly, not a binomial
+    # draw around it (0.1 of 2000 objects gave 211 binaries), from the same draws
+    k = int(math.floor(fraction * n + 0.5))
+    u_pick = rng.random(n)
+    index = np.sort(np.argsort(u_pick, kind="stable")[:k])
     u = rng.random((index.size, 3))
     q = q_min + (1.0 - q_min) * u[:, 0]
     m1 = m[index] / (1.0 + q)

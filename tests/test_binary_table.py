@@ -47,6 +47,25 @@ def test_primordial_binaries_follow_their_distributions():
     assert np.all(stars["binind"][~b] == -1)
 
 
+@pytest.mark.parametrize("fraction, n, expected", [(0.1, 2000, 200), (0.3, 6000, 1800),
+                                                   (0.25, 42, 11), (1.0, 50, 50),
+                                                   (0.001, 400, 0)])
+def test_binary_fraction_is_exact_and_fixed_by_the_seed(fraction, n, expected):
+    """initial.binary_fraction makes exactly round(f N) binaries (halves up), the same objects
+    for the same seed (issue 46, item 11: a draw per object, 0.1 of 2000 gave 211)."""
+    stars, info = _stars(fraction, n=n)
+    b = stars["binind"] >= 0
+    assert int(b.sum()) == info["n_binaries"] == expected
+    again, _ = _stars(fraction, n=n)
+    np.testing.assert_array_equal(again["binind"], stars["binind"])
+    np.testing.assert_array_equal(again["bin_a"], stars["bin_a"])
+    if 0 < expected < n:
+        other = build_initial_stars(load_config(None, [
+            f"initial.n={n}", "initial.seed=4", f"initial.binary_fraction={fraction}"]))[0]
+        assert int(np.sum(other["binind"] >= 0)) == expected
+        assert not np.array_equal(other["binind"] >= 0, b)
+
+
 def test_binaries_do_not_change_the_rest_of_the_model():
     s0, _ = _stars(0.0)
     s1, _ = _stars(0.25)
