@@ -242,7 +242,9 @@ def report(single: list[dict], prim: list[dict]) -> str:
         "as CMC-COSMIC's, a wide binary never meets a hard one, energy a block cannot pay "
         "carried outward).  The primordial runs stopped at their wall clock (--hours 1.0 on a "
         "loaded machine) and were continued with `cmc restart` to 200 t_rh0 (a restart is bit "
-        "for bit).",
+        "for bit).  They were made at 8299048; f7fec49 then made initial.binary_fraction exact "
+        "(it was a draw per object), which changes the primordial runs' initial binaries: "
+        "their numbers are those of the draw.",
         "* Without primordial binaries the core collapses at the engine's usual time; the "
         "first three-body binary forms when N_core is down to a few stars (the rate goes as "
         "n^2 v^-9 with hardness >= 5), then a handful of binaries and their encounters stop "
