@@ -13,7 +13,7 @@ The encounter engine the CMC paper runs through Fewbody, built from three parts:
   (:mod:`physics.fewbody_kernels`, ``integrator="ar"``) or REBOUND's IAS15
   (``integrator="ias15"``, the reference; :mod:`physics.fewbody_rebound`); both stop through the
   same classification.
-* classification (:func:`physics.fewbody_kernels.classify`): hierarchy by most-bound pairing,
+* classification (:func:`physics.fewbody_classify.classify`): hierarchy by most-bound pairing,
   done when top-level objects are unbound and receding, tidally isolated and every hierarchy is
   stable (Mardling & Aarseth 2001).  The outcome names the products with their star ids.
 
@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 
 from parallel.rng import taus_uniform
+from physics import fewbody_integrator as fi
 from physics import fewbody_kernels as fk
 from physics.binaries import binding_energy
 
@@ -162,12 +163,12 @@ class EncounterSettings:
     jump_tol : float
         Tidal perturbation below which a wide bound excursion of a binary and a single (or two
         binaries) is skipped as two Kepler orbits ("ar" only; see
-        :func:`physics.fewbody_kernels.kepler_jump`); 0 integrates every excursion.
+        :func:`physics.fewbody_kepler.kepler_jump`); 0 integrates every excursion.
     collapse_tol : float
         Tidal perturbation below which an isolated binary is integrated as one body, its
         internal orbit advanced as a Kepler orbit ("ar" only, point masses only; Fewbody
         collapses isolated binaries the same way; see
-        :func:`physics.fewbody_kernels.collapse_isolated`); 0 (default) never.  The cluster
+        :func:`physics.fewbody_kepler.collapse_isolated`); 0 (default) never.  The cluster
         uses 1e-7 (``binaries.collapse_tol``): a tight binary meeting a wide one otherwise
         costs up to 10^6 steps; 1e-6 left energy errors up to 1e-3 of the binding energy.
     t_max_periods : float
@@ -217,8 +218,8 @@ class EncounterSettings:
             val = getattr(self, name)
             if not (math.isfinite(val) and val > 0):
                 raise ValueError(f"{name} must be positive and finite, got {val}")
-        if not (3 <= self.kmax <= fk.KMAX):
-            raise ValueError(f"kmax must be in 3..{fk.KMAX}, got {self.kmax}")
+        if not (3 <= self.kmax <= fi.KMAX):
+            raise ValueError(f"kmax must be in 3..{fi.KMAX}, got {self.kmax}")
         if self.max_steps < 1 or self.classify_every < 1:
             raise ValueError("max_steps and classify_every must be >= 1")
 
@@ -272,7 +273,7 @@ class InitialState:
     @property
     def energy(self) -> float:
         n = self.m.size
-        return float(fk.kinetic_energy(self.v, self.m, n) - fk.potential_energy(self.x, self.m, n))
+        return float(fi.kinetic_energy(self.v, self.m, n) - fi.potential_energy(self.x, self.m, n))
 
 
 def _rotation_matrix(u1: float, u2: float, u3: float) -> np.ndarray:
@@ -643,7 +644,7 @@ def _finish(state: InitialState, status: int, n: int, x, v, m, rad, members, tre
     n_mergers = len(ids) - n
     kind, exchanges, ionisations, n_in, n_out = _classify_kind(state, products, n_mergers)
     # conservation, in scaled units
-    e_end = fk.kinetic_energy(v, m, n) - fk.potential_energy(x, m, n)
+    e_end = fi.kinetic_energy(v, m, n) - fi.potential_energy(x, m, n)
     e0 = state.energy / (scale_m * scale_v ** 2)
     e_bind = abs(sum(o.binding_energy for o in state.objects)) / (scale_m * scale_v ** 2)
     de_rel = abs(e_end - e0 - de_merge) / e_bind
@@ -652,8 +653,8 @@ def _finish(state: InitialState, status: int, n: int, x, v, m, rad, members, tre
     xs = state.x / scale_l
     vs = state.v / scale_v
     ms = state.m / scale_m
-    fk.angular_momentum(xs, vs, ms, ms.size, l0)
-    fk.angular_momentum(x, v, m, n, l1)
+    fi.angular_momentum(xs, vs, ms, ms.size, l0)
+    fi.angular_momentum(x, v, m, n, l1)
     l_int = _internal_angular_momentum(state) / (scale_m * scale_l * scale_v)
     dl_rel = float(np.linalg.norm(l1 - l0)) / l_int if n_mergers == 0 else 0.0
     e_int_in = sum(o.binding_energy for o in state.objects)
@@ -718,7 +719,7 @@ def _integrate_ar(state: InitialState, settings: EncounterSettings) -> Outcome:
             hstep = min(hstep, 0.05 * m1 * m2 * 2 * math.pi * math.sqrt(a / (m1 + m2)))
     period = max(o.period for o in state.objects) / scale_t
     status, n_end = fk.integrate_encounter(
-        x, v, m, rad, members, n, hstep, settings.tol, settings.kmax, fk.SEQUENCE,
+        x, v, m, rad, members, n, hstep, settings.tol, settings.kmax, fi.SEQUENCE,
         settings.tidal_tol, settings.jump_tol,
         settings.t_max_periods * period, settings.max_steps, settings.classify_every,
         settings.merger_radius_factor, tx, tv, tm, ta, te, ch, top, istats, fstats,

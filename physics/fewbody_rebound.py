@@ -1,6 +1,6 @@
 """REBOUND's IAS15 as the reference integrator of :mod:`physics.fewbody` (``integrator="ias15"``).
 
-The same initial state and the same classification (:func:`physics.fewbody_kernels.classify`)
+The same initial state and the same classification (:func:`physics.fewbody_classify.classify`)
 as our own integrator; only the integration differs.  REBOUND integrates in chunks of
 ``ias15_check_periods`` initial binary periods and the hierarchy is checked after each chunk.
 Finite radii use REBOUND's line collision search with its "merge" resolution; the merged radius
@@ -16,6 +16,9 @@ import math
 
 import numpy as np
 
+from physics import fewbody_classify as fc
+from physics import fewbody_integrator as fi
+from physics import fewbody_kepler as kep
 from physics import fewbody_kernels as fk
 from physics.fewbody import (
     EncounterSettings,
@@ -38,7 +41,7 @@ def _import_rebound():
 
 
 def _energy(x, v, m, n) -> float:
-    return float(fk.kinetic_energy(v, m, n) - fk.potential_energy(x, m, n))
+    return float(fi.kinetic_energy(v, m, n) - fi.potential_energy(x, m, n))
 
 
 def integrate_ias15(state: InitialState, settings: EncounterSettings) -> Outcome:
@@ -114,13 +117,13 @@ def integrate_ias15(state: InitialState, settings: EncounterSettings) -> Outcome
             # rest to round-off)
             de_merge += _energy(x, v, m, n) - e_before
         n_checks += 1
-        done, nn, ntop = fk.classify(x, v, m, rad, n, settings.tidal_tol, tx, tv, tm, ta, te,
+        done, nn, ntop = fc.classify(x, v, m, rad, n, settings.tidal_tol, tx, tv, tm, ta, te,
                                      ch, top)
         if done:
             break
         if settings.jump_tol > 0.0:
             xs0, vs0 = x[:n].copy(), v[:n].copy()
-            dtj = fk.kepler_jump(x, v, m, n, settings.jump_tol, tx, tv, tm, ta, te, ch, top, nn,
+            dtj = kep.kepler_jump(x, v, m, n, settings.jump_tol, tx, tv, tm, ta, te, ch, top, nn,
                                  ntop)
             if dtj > 0.0:
                 # same analytic skip of a wide excursion as our integrator

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from physics import fewbody as fb
-from physics import fewbody_kernels as fk
+from physics import fewbody_classify as fc
+from physics import fewbody_integrator as fi
+from physics import fewbody_kepler as kep
 from tests.conftest import rng_states
 
 BIN = fb.binary((0, 1), (1.0, 1.0), 1.0, 0.0)
@@ -31,35 +33,35 @@ def test_bulirsch_stoer_leapfrog_follows_kepler(e):
     x = np.array([-m[1] * r0, m[0] * r0])
     v = np.array([-m[1] * w0, m[0] * w0])
     n = 2
-    bconst = fk.potential_energy(x, m, n) - fk.kinetic_energy(v, m, n)
+    bconst = fi.potential_energy(x, m, n) - fi.kinetic_energy(v, m, n)
     e0 = -bconst
     ws_x, ws_v, acc = np.empty((2, 3)), np.empty((2, 3)), np.empty((2, 3))
-    tab = np.empty((fk.KMAX, fk.KMAX, 13))
+    tab = np.empty((fi.KMAX, fi.KMAX, 13))
     ynew = np.empty(13)
-    errs = np.empty(fk.KMAX)
+    errs = np.empty(fi.KMAX)
     t = 0.0
     h = 0.05 * m[0] * m[1] * 2 * math.pi * math.sqrt(a)
     period = 2 * math.pi * math.sqrt(a ** 3)
     while t < 5 * period:
-        k, err, _ = fk.bs_step(x, v, t, m, n, bconst, h, 1e-12, 12, fk.SEQUENCE, ws_x, ws_v,
+        k, err, _ = fi.bs_step(x, v, t, m, n, bconst, h, 1e-12, 12, fi.SEQUENCE, ws_x, ws_v,
                                acc, tab, ynew, errs)
         if k == 0:
             h *= 0.5
             continue
-        t = fk._unpack(ynew, n, x, v)
-        h *= fk._next_step_factor(k, errs, fk.SEQUENCE, 12)
+        t = fi._unpack(ynew, n, x, v)
+        h *= fi._next_step_factor(k, errs, fi.SEQUENCE, 12)
     # analytic position at time t
     r_ref, w_ref = fb.kepler_relative(1.0, a, e, 2.0 + 2 * math.pi * t / period)
     rel = x[1] - x[0]
     assert np.linalg.norm(rel - r_ref) < 1e-8 * a
     assert np.linalg.norm((v[1] - v[0]) - w_ref) < 1e-8 * np.linalg.norm(w_ref) / (1 - e)
-    e1 = fk.kinetic_energy(v, m, n) - fk.potential_energy(x, m, n)
+    e1 = fi.kinetic_energy(v, m, n) - fi.potential_energy(x, m, n)
     assert abs(e1 - e0) < 1e-10 * abs(e0)
     lz0, lz1 = np.empty(3), np.empty(3)
     x0 = np.array([-m[1] * r0, m[0] * r0])
     v0 = np.array([-m[1] * w0, m[0] * w0])
-    fk.angular_momentum(x0, v0, m, n, lz0)
-    fk.angular_momentum(x, v, m, n, lz1)
+    fi.angular_momentum(x0, v0, m, n, lz0)
+    fi.angular_momentum(x, v, m, n, lz1)
     assert np.linalg.norm(lz1 - lz0) < 1e-10 * np.linalg.norm(lz0)
 
 
@@ -77,7 +79,7 @@ def test_initial_state_geometry():
     assert np.allclose(st.m @ st.x, 0, atol=1e-12)
     assert np.allclose(st.m @ st.v, 0, atol=1e-12)
     # binary internal orbit: a and e as given
-    eb, a, e, r, _ = fk._pair_orbit(st.x[0], st.v[0], 1.0, st.x[1], st.v[1], 1.0)
+    eb, a, e, r, _ = fc._pair_orbit(st.x[0], st.v[0], 1.0, st.x[1], st.v[1], 1.0)
     assert a == pytest.approx(1.0, rel=1e-12)
     assert e == pytest.approx(0.0, abs=1e-7)
     # outer orbit: energy v_inf^2/2 and angular momentum b v_inf per unit reduced mass
@@ -99,14 +101,14 @@ def test_eccentric_binary_and_binary_binary_setup():
     st = fb.initial_state(BIN, b2, 0.5, 0.4, u)
     assert st.ids == [0, 1, 5, 6]
     assert st.groups == [(0, 1), (2, 3)]
-    eb, a, e, r, _ = fk._pair_orbit(st.x[2], st.v[2], 0.5, st.x[3], st.v[3], 2.0)
+    eb, a, e, r, _ = fc._pair_orbit(st.x[2], st.v[2], 0.5, st.x[3], st.v[3], 2.0)
     assert a == pytest.approx(0.3, rel=1e-10)
     assert e == pytest.approx(0.8, rel=1e-10)
     # the start is where the tidal perturbation on the more perturbed binary is the tolerance
     r0 = fb.start_distance(BIN, b2, 1e-5)
     assert st.r_start == pytest.approx(r0, rel=1e-12)
-    pert = [fk.tidal_perturbation(1.0, 1.0, 2.5, 1.0, r0),
-            fk.tidal_perturbation(0.5, 2.0, 2.0, 0.3 * 1.8, r0)]
+    pert = [fc.tidal_perturbation(1.0, 1.0, 2.5, 1.0, r0),
+            fc.tidal_perturbation(0.5, 2.0, 2.0, 0.3 * 1.8, r0)]
     assert max(pert) == pytest.approx(1e-5, rel=1e-9)
 
 
@@ -163,7 +165,7 @@ def _classify(x, v, m, rad=None, tol=1e-5):
     n = m.size
     rad = np.zeros(n) if rad is None else rad
     tree = fb._empty_tree(n)
-    done, nn, ntop = fk.classify(np.asarray(x, float), np.asarray(v, float), m, rad, n, tol,
+    done, nn, ntop = fc.classify(np.asarray(x, float), np.asarray(v, float), m, rad, n, tol,
                                  *tree)
     return done, nn, ntop, tree
 
@@ -191,8 +193,8 @@ def test_classify_stable_and_unstable_triples():
     # retrograde inclination lowers the critical separation by 30 %
     x, v, m = _triple(0.8 * crit / 0.9, 0.1, incl=math.pi)
     assert _classify(x, v, m)[0]
-    assert fk.mardling_aarseth_stable(1.0, 1.05 * crit / 0.9, 0.1, 0.5, 0.0)
-    assert not fk.mardling_aarseth_stable(1.0, 100.0, 0.1, 6.0, 0.0)  # q_out > 5
+    assert fc.mardling_aarseth_stable(1.0, 1.05 * crit / 0.9, 0.1, 0.5, 0.0)
+    assert not fc.mardling_aarseth_stable(1.0, 100.0, 0.1, 6.0, 0.0)  # q_out > 5
 
 
 def test_classify_flyby_needs_receding_and_tidal_isolation():
@@ -218,8 +220,8 @@ def test_classify_refuses_a_bound_system_of_pairwise_unbound_singles():
     m = np.ones(3)
     for i in range(3):
         for j in range(i + 1, 3):
-            assert fk._pair_orbit(x[i], v[i], 1, x[j], v[j], 1)[0] > 0
-    assert fk.kinetic_energy(v, m, 3) - fk.potential_energy(x, m, 3) < 0
+            assert fc._pair_orbit(x[i], v[i], 1, x[j], v[j], 1)[0] > 0
+    assert fi.kinetic_energy(v, m, 3) - fi.potential_energy(x, m, 3) < 0
     assert not _classify(x, v, m)[0]
 
 
@@ -426,7 +428,7 @@ def test_kepler_propagate_matches_the_analytic_orbit(e):
     r0, w0 = fb.kepler_relative(mu, a, e, 0.4)
     r1, w1 = np.empty(3), np.empty(3)
     for dt in (0.1 * period, 3.37 * period, 1234.5 * period):
-        fk.kepler_propagate(r0, w0, mu, dt, r1, w1)
+        kep.kepler_propagate(r0, w0, mu, dt, r1, w1)
         r_ref, w_ref = fb.kepler_relative(mu, a, e, 0.4 + 2 * math.pi * dt / period)
         assert np.allclose(r1, r_ref, atol=1e-9 * a * (1 + 1e4 * (dt > 1000)))
         assert np.allclose(w1, w_ref, rtol=1e-6, atol=1e-9 * np.linalg.norm(w0) / (1 - e))
@@ -435,11 +437,11 @@ def test_kepler_propagate_matches_the_analytic_orbit(e):
 def _jump_setup(x, v, m):
     """Energy, angular momentum and classified hierarchy of a state about to jump."""
     n = m.size
-    e0 = fk.kinetic_energy(v, m, n) - fk.potential_energy(x, m, n)
+    e0 = fi.kinetic_energy(v, m, n) - fi.potential_energy(x, m, n)
     l0 = np.empty(3)
-    fk.angular_momentum(x, v, m, n, l0)
+    fi.angular_momentum(x, v, m, n, l0)
     tree = fb._empty_tree(n)
-    done, nn, ntop = fk.classify(x, v, m, np.zeros(n), n, 1e-5, *tree)
+    done, nn, ntop = fc.classify(x, v, m, np.zeros(n), n, 1e-5, *tree)
     return e0, l0, tree, done, nn, ntop
 
 
@@ -456,19 +458,19 @@ def test_kepler_jump_lands_on_the_mirror_point():
     l1 = np.empty(3)
     assert not done and ntop == 1
     d0 = np.linalg.norm(x[2] - 0.5 * (x[0] + x[1]))
-    dt = fk.kepler_jump(x, v, m, 3, 1e-6, *tree, nn, ntop)
+    dt = kep.kepler_jump(x, v, m, 3, 1e-6, *tree, nn, ntop)
     p_out = 2 * math.pi * math.sqrt(a_out ** 3 / 3.0)
     assert 0.5 * p_out < dt < p_out
     rel = x[2] - 0.5 * (x[0] + x[1])
     relv = v[2] - 0.5 * (v[0] + v[1])
     assert np.linalg.norm(rel) == pytest.approx(d0, rel=1e-6)
     assert rel @ relv < 0
-    e1 = fk.kinetic_energy(v, m, 3) - fk.potential_energy(x, m, 3)
-    fk.angular_momentum(x, v, m, 3, l1)
+    e1 = fi.kinetic_energy(v, m, 3) - fi.potential_energy(x, m, 3)
+    fi.angular_momentum(x, v, m, 3, l1)
     assert abs(e1 - e0) < 1e-12 * 0.5
     assert np.linalg.norm(l1 - l0) < 1e-9 * np.linalg.norm(l0)
     # the inner binary keeps its orbit
-    eb, a, e, r, _ = fk._pair_orbit(x[0], v[0], 1.0, x[1], v[1], 1.0)
+    eb, a, e, r, _ = fc._pair_orbit(x[0], v[0], 1.0, x[1], v[1], 1.0)
     assert a == pytest.approx(1.0, rel=1e-6) and e == pytest.approx(0.3, rel=1e-5)
 
 
@@ -483,7 +485,7 @@ def test_kepler_propagate_keeps_angular_momentum_to_the_mirror_point():
     r0, w0 = fb.kepler_relative(mu, a, e, ecc0 - e * math.sin(ecc0))
     dt = (2 * (math.pi - ecc0) + 2 * e * math.sin(ecc0)) / n
     r1, w1 = np.empty(3), np.empty(3)
-    fk.kepler_propagate(r0, w0, mu, dt, r1, w1)
+    kep.kepler_propagate(r0, w0, mu, dt, r1, w1)
     l0, l1 = np.cross(r0, w0), np.cross(r1, w1)
     assert np.linalg.norm(l1 - l0) < 1e-11 * np.linalg.norm(l0)
     # the period of so eccentric an orbit is known to ~1e-11 only (a from 2/r - w^2/mu), so
@@ -510,7 +512,7 @@ def test_kepler_propagate_hyperbolic_matches_the_analytic_orbit(e):
     r0, w0 = _hyperbola_state(mu, a, e, f0)
     dt = ((e * math.sinh(f1) - f1) - (e * math.sinh(f0) - f0)) / n
     r1, w1 = np.empty(3), np.empty(3)
-    fk.kepler_propagate_hyperbolic(r0, w0, mu, dt, r1, w1)
+    kep.kepler_propagate_hyperbolic(r0, w0, mu, dt, r1, w1)
     r_ref, w_ref = _hyperbola_state(mu, a, e, f1)
     assert np.allclose(r1, r_ref, rtol=1e-10, atol=1e-10 * a)
     assert np.allclose(w1, w_ref, rtol=1e-10, atol=1e-10 * np.linalg.norm(w0))
@@ -535,14 +537,14 @@ def test_kepler_jump_with_an_escaper():
     assert not done and ntop == 2
     dsep0 = np.linalg.norm(x[2] - 0.5 * (x[0] + x[1]))
     desc0 = np.linalg.norm(x[3] - x[:3].mean(0))
-    dt = fk.kepler_jump(x, v, m, 4, 1e-6, *tree, nn, ntop)
+    dt = kep.kepler_jump(x, v, m, 4, 1e-6, *tree, nn, ntop)
     assert dt > 0
     assert np.linalg.norm(x[2] - 0.5 * (x[0] + x[1])) == pytest.approx(dsep0, rel=1e-6)
     # the escaper moved out by about its speed times dt
     desc1 = np.linalg.norm(x[3] - x[:3].mean(0))
     assert desc1 > desc0 + 0.5 * np.linalg.norm(u) * dt
-    e1 = fk.kinetic_energy(v, m, 4) - fk.potential_energy(x, m, 4)
-    fk.angular_momentum(x, v, m, 4, l1)
+    e1 = fi.kinetic_energy(v, m, 4) - fi.potential_energy(x, m, 4)
+    fi.angular_momentum(x, v, m, 4, l1)
     assert abs(e1 - e0) < 1e-10
     assert np.linalg.norm(l1 - l0) < 1e-9 * np.linalg.norm(l0)
 
