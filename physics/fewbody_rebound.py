@@ -20,14 +20,8 @@ from physics import fewbody_classify as fc
 from physics import fewbody_integrator as fi
 from physics import fewbody_kepler as kep
 from physics import fewbody_kernels as fk
-from physics.fewbody import (
-    EncounterSettings,
-    InitialState,
-    Outcome,
-    _empty_tree,
-    _finish,
-    _scales,
-)
+from physics.fewbody_objects import EncounterSettings, InitialState
+from physics.fewbody_outcome import Outcome, _empty_tree, _finish, _scales
 
 __all__ = ["integrate_ias15"]
 

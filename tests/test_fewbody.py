@@ -13,6 +13,7 @@ from physics import fewbody as fb
 from physics import fewbody_classify as fc
 from physics import fewbody_integrator as fi
 from physics import fewbody_kepler as kep
+from physics.fewbody_outcome import _empty_tree
 from tests.conftest import rng_states
 
 BIN = fb.binary((0, 1), (1.0, 1.0), 1.0, 0.0)
@@ -164,7 +165,7 @@ def test_bad_input_is_refused():
 def _classify(x, v, m, rad=None, tol=1e-5):
     n = m.size
     rad = np.zeros(n) if rad is None else rad
-    tree = fb._empty_tree(n)
+    tree = _empty_tree(n)
     done, nn, ntop = fc.classify(np.asarray(x, float), np.asarray(v, float), m, rad, n, tol,
                                  *tree)
     return done, nn, ntop, tree
@@ -440,7 +441,7 @@ def _jump_setup(x, v, m):
     e0 = fi.kinetic_energy(v, m, n) - fi.potential_energy(x, m, n)
     l0 = np.empty(3)
     fi.angular_momentum(x, v, m, n, l0)
-    tree = fb._empty_tree(n)
+    tree = _empty_tree(n)
     done, nn, ntop = fc.classify(x, v, m, np.zeros(n), n, 1e-5, *tree)
     return e0, l0, tree, done, nn, ntop
 
