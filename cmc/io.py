@@ -600,7 +600,7 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
     the groups are there; stars have finite positive masses and radii, unique ids, radial
     order; the run state is finite; every random-stream word is a valid lfsr113 state.
     """
-    from parallel.rng import _MIN_WORD
+    from parallel.taus113 import _MIN_WORD
 
     try:
         fh = h5py.File(path, "r")

@@ -63,7 +63,7 @@ THREADS_PER_BLOCK = 128
 #: Functions compiled for the device, by module, callees first.  Every njit function that
 #: :func:`physics.orbits._orbit_block` reaches must be here (checked by the tests).
 DEVICE_FUNCTIONS = {
-    "parallel.rng": ("_step4", "taus_next_u32", "taus_uniform"),
+    "parallel.taus113": ("_step4", "taus_next_u32", "taus_uniform"),
     "physics.potential": ("_log_scale", "_count_at_most", "locate_radius"),
     "physics.orbits": ("_interval_coeffs", "_turning_predicate", "_count_true", "_bisect_true",
                        "_narrow", "_checked", "_level_search", "_turning_intervals",
