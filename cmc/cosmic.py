@@ -181,7 +181,7 @@ def read_cosmic(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
                  BIN_KEY)
     if is_bin.any():
         from cmc.fields import BINARY_FIELDS
-        from physics.encounters import NEW_BINARY_ID_BASE
+        from physics.encounter_events import NEW_BINARY_ID_BASE
 
         if binind.max() > n_bin or np.unique(binind[is_bin]).size != binind[is_bin].size:
             raise InputError(f"{where}: binind must point to distinct rows 1..{n_bin} of "

@@ -386,7 +386,7 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
     is_binary : ndarray of bool
         Binaries that may meet another object (the wide ones excluded).
     wide : ndarray of bool
-        Binaries broken this step (:func:`physics.encounters.select_wide_binaries`): a pair
+        Binaries broken this step (:func:`physics.encounter_selection.select_wide_binaries`): a pair
         holding one relaxes and never has an encounter (CMC breaks them before its
         encounters), also when its partner is a binary that may meet.
     dt_nb : float

@@ -18,7 +18,7 @@ from cmc.config import load_config
 from cmc.cosmic import PARSEC_PER_RSUN, in_nbody_units, is_cosmic_file, read_cosmic
 from cmc.errors import InputError
 from cmc.initial import build_initial_stars, physical_scale
-from physics.encounters import NEW_BINARY_ID_BASE
+from physics.encounter_events import NEW_BINARY_ID_BASE
 from physics.initial_conditions import shell_energies
 
 cosmic_table = pytest.importorskip("cosmic.sample.initialcmctable")

@@ -1,0 +1,492 @@
+"""Binaries in the cluster: one event at a time -- its draws, and its products written back.
+
+Part of the binary processes of the step (:mod:`physics.encounters` runs the events of a step
+in their fixed order and re-exports these names).  Holds the switches and parameters
+(:class:`BinaryPhysics`), the counters every event adds to (:data:`COUNT_NAMES`, :data:`C`),
+and for each kind of event its random draws and its write-back: a strong encounter
+(:func:`_encounter_setup` draws 9 + 1 uniforms, :func:`_encounter` places the products of the
+few-body integration, :mod:`physics.fewbody`), a three-body binary (:func:`_three_body_draws`,
+7 uniforms, and :func:`_three_body`) and a wide binary broken (:func:`_break_wide`, no draws).
+A block's rows are held by :class:`_Block` while its events are applied: it places the
+products in the slots of the stars that met, keeps the shells' energy exact (``e_slots``),
+ejects products left unbound at once, and takes the energy a break needs from the block's
+other stars (at most :data:`physics.energy.TAKE_FRACTION` of their kinetic energy; the rest is
+the block's debt).  The geometry helpers orient an encounter's outcome in the frame of the pair
+(:func:`pair_velocities`, :func:`incoming_direction`, :func:`rotation_onto`).
+
+Units: Hénon (G = 1, M0 = 1); no MPI, no files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from parallel.decomposition import MIN_CHUNK
+from parallel.rng import taus_uniform
+from physics import fewbody
+from physics.binaries import (
+    binding_energy,
+    three_body_binary_kinematics,
+    three_body_hardness,
+)
+from physics.energy import TAKE_FRACTION
+
+log = logging.getLogger("cmc.encounters")
+
+#: Object ids of binaries formed in a run: this plus the smaller member id (unique, and apart
+#: from every star id).
+NEW_BINARY_ID_BASE = 1 << 50
+#: Uniform draws of a three-body formation: 2 azimuths, 2 hardness, 1 eccentricity, 2 direction.
+DRAWS_THREE_BODY = 7
+#: BSE stellar type of a black hole (for ``three_body = bh``).
+BLACK_HOLE = 14
+#: Default neighbours on each side for the local density of a triplet
+#: (``binaries.three_body_neighbours``; CMC-COSMIC's BH_AVEKERNEL, 10 by default, not the
+#: relaxation's 20: in a core of a few stars the wider window dilutes n, and the rate goes as
+#: n^2).
+THREE_BODY_NEIGHBOURS = 10
+
+#: Counters of :func:`physics.encounters.apply_events`, in the order of the array it returns.
+COUNT_NAMES = (
+    "n_binary_single", "n_binary_binary", "n_exchanges", "n_ionisations", "n_mergers",
+    "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
+    "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
+    "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers", "e_integrator",
+)
+#: Index of each counter in the array :func:`physics.encounters.apply_events` returns.
+C = {name: k for k, name in enumerate(COUNT_NAMES)}
+
+
+@dataclass(frozen=True)
+class BinaryPhysics:
+    """Switches and parameters of binary processes (from ``[binaries]``).
+
+    Attributes
+    ----------
+    binary_single, binary_binary : bool
+        Strong binary-single / binary-binary encounters.
+    x_bs, x_bb : float
+        Pericentre caps in units of a (CMC's XBS, XBB).
+    three_body : str
+        "off", "bh" (black holes only, CMC's default) or "all".
+    eta_min, eta_max : float
+        Hardness range of new three-body binaries (Morscher et al. 2015; CMC's 5 and 50).
+    three_body_neighbours : int
+        Radial neighbours on each side for a triplet's local density (CMC's BH_AVEKERNEL).
+    wide_factor : float
+        Break binaries whose apocentre exceeds ``wide_factor n^(-1/3)`` (CMC: 0.1); 0: off.
+    wide_hardness_min : float
+        Also break binaries softer than this
+        (:func:`physics.encounter_selection.select_wide_binaries`); 0: off.
+    radius_unit : float
+        One solar radius in the cluster's length unit: stellar radii (``rad``, ``bin_rad*``,
+        Rsun) become sticky spheres in encounters, which may merge.  0 (until a run has a
+        physical scale): point masses, no mergers.
+    settings : EncounterSettings
+        Few-body integrator settings.
+    """
+
+    binary_single: bool = True
+    binary_binary: bool = True
+    x_bs: float = 2.0
+    x_bb: float = 2.0
+    three_body: str = "bh"
+    eta_min: float = 5.0
+    eta_max: float = 50.0
+    three_body_neighbours: int = THREE_BODY_NEIGHBOURS
+    wide_factor: float = 0.1
+    wide_hardness_min: float = 0.0
+    radius_unit: float = 0.0
+    settings: fewbody.EncounterSettings = fewbody.EncounterSettings()
+
+
+# ------------------------------------------------------------------------ geometry helpers
+def pair_velocities(vr_i: float, vt_i: float, vr_j: float, vt_j: float, phi: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """3-D velocities of a pair in its frame (z radial, star i's transverse motion along x,
+    star j's at angle phi), as the relaxation pass sets them up."""
+    return (np.array([vt_i, 0.0, vr_i]),
+            np.array([vt_j * math.cos(phi), vt_j * math.sin(phi), vr_j]))
+
+
+def relative_state(state: fewbody.InitialState) -> tuple[np.ndarray, np.ndarray, float]:
+    """Position and velocity of object 2's centre of mass relative to object 1's, and their
+    total mass, at the start of an encounter."""
+    g1, g2 = list(state.groups[0]), list(state.groups[1])
+    m = state.m
+    m1, m2 = m[g1].sum(), m[g2].sum()
+    x = (m[g2] @ state.x[g2]) / m2 - (m[g1] @ state.x[g1]) / m1
+    v = (m[g2] @ state.v[g2]) / m2 - (m[g1] @ state.v[g1]) / m1
+    return x, v, float(m1 + m2)
+
+
+def incoming_direction(state: fewbody.InitialState) -> np.ndarray:
+    """Unit vector of object 2's velocity relative to object 1 at infinity (incoming)."""
+    x, v, mu = relative_state(state)
+    h = np.cross(x, v)
+    hn = float(np.linalg.norm(h))
+    if hn <= 1e-14 * float(np.linalg.norm(x)) * float(np.linalg.norm(v)):
+        return v / float(np.linalg.norm(v))  # head-on
+    e_vec = np.cross(v, h) / mu - x / float(np.linalg.norm(x))
+    ecc = float(np.linalg.norm(e_vec))
+    e_hat = e_vec / ecc
+    q_hat = np.cross(h / hn, e_hat)
+    # incoming asymptote: the position direction at f -> -f_inf (cos f_inf = -1/e), reversed
+    cos_f = -1.0 / ecc
+    sin_f = math.sqrt(max(0.0, 1.0 - cos_f * cos_f))
+    return -(cos_f * e_hat - sin_f * q_hat)
+
+
+def rotation_onto(a: np.ndarray, b: np.ndarray, angle: float) -> np.ndarray:
+    """Rotation taking unit vector ``a`` to unit vector ``b``, then by ``angle`` about ``b``."""
+    v = np.cross(a, b)
+    c = float(a @ b)
+    if c < -1.0 + 1e-12:  # opposite: half a turn about any axis perpendicular to a
+        axis = np.cross(a, [1.0, 0.0, 0.0])
+        if np.linalg.norm(axis) < 1e-6:
+            axis = np.cross(a, [0.0, 1.0, 0.0])
+        axis /= np.linalg.norm(axis)
+        align = 2.0 * np.outer(axis, axis) - np.eye(3)
+    else:
+        vx = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+        align = np.eye(3) + vx + vx @ vx / (1.0 + c)
+    k = np.array([[0.0, -b[2], b[1]], [b[2], 0.0, -b[0]], [-b[1], b[0], 0.0]])
+    spin = np.eye(3) + math.sin(angle) * k + (1.0 - math.cos(angle)) * (k @ k)
+    return spin @ align
+
+
+# ---------------------------------------------------------------------------- the events
+class _Block:
+    """Rows of one block while its events are applied: field values per row (dicts)."""
+
+    def __init__(self, fields: dict[str, np.ndarray], b: int, n: int, offset: int,
+                 r_all: np.ndarray, phi_all: np.ndarray):
+        self.r_all = r_all
+        self.phi_all = phi_all
+        self.b = b
+        self.i0 = b * MIN_CHUNK
+        self.i1 = min(self.i0 + MIN_CHUNK, n)
+        self.rows: list[dict | None] = [
+            {k: v[i] for k, v in fields.items()} for i in range(self.i0, self.i1)]
+        self.gidx = [offset + i for i in range(self.i0, self.i1)]
+        self.extra: list[tuple[int, dict]] = []
+        #: products ejected at once: (row as it left, radius, specific energy)
+        self.ejected: list[tuple[dict, float, float]] = []
+        #: per event placed: (its first input's slot, {slot: mass change}), in event order
+        self.changes: list[tuple[int, dict[int, float]]] = []
+        #: energy the block's events needed and its rows could not give [Hénon energy]
+        self.owed = 0.0
+
+    def row(self, i: int) -> dict:
+        return self.rows[i - self.i0]
+
+    def place(self, inputs: list[int], products: list[tuple[int, dict]], counts: np.ndarray
+              ) -> None:
+        """Replace the rows ``inputs`` by ``products`` (each with the row whose slot it takes;
+        a slot taken twice gets an extra row at the block's end), keeping K + W exact.
+
+        Moving mass between the slots changes the shells' energy ``W`` by ``dW``; the products'
+        speeds are scaled by one factor so that their kinetic energy changes by ``-dW``
+        (``e_slots``), or, if they have too little, stopped and the rest owed by the block.
+        A product then unbound from the cluster (``phi + v^2/2 >= 0`` in the potential of all
+        other shells as they now are) leaves at once with that energy (``*_ejected``): its shell
+        is never in the potential the orbits are drawn in, so the budget stays exact (removing
+        a star from a core of a few stars in the next step's potential change instead cost up
+        to 1e-3 of E0 per ejection).
+        """
+        g_of = {i: self.gidx[i - self.i0] for i in inputs}
+        old = [(g_of[i], float(self.row(i)["m"])) for i in inputs]
+        new = [(g_of[i], float(rec["m"])) for i, rec in products]
+        dw = _shell_energy_change(self.r_all, self.phi_all, old, new)
+        k = _kinetic([rec for _, rec in products])
+        if dw != 0.0:
+            f = math.sqrt(max(0.0, 1.0 - dw / k)) if k > 0.0 else 0.0
+            for _, rec in products:
+                rec["vr"] *= f
+                rec["vt"] *= f
+            counts[C["e_slots"]] += -dw if k - dw >= 0.0 else k
+            if k - dw < 0.0:
+                self.owed += dw - k
+        products = list(products)
+        ejected = True
+        while ejected and products:
+            ejected = False
+            for k, (i, rec) in enumerate(products):
+                # the other shells as they now are: old ones out, the other products in
+                x = self.r_all[g_of[i]]
+                phi = _outside_potential(self.r_all, self.phi_all, g_of[i], old)
+                phi -= sum(float(o["m"]) / max(x, self.r_all[g_of[io]])
+                           for kk, (io, o) in enumerate(products) if kk != k)
+                e = float(rec["m"]) * (phi + 0.5 * (rec["vr"] ** 2 + rec["vt"] ** 2))
+                if e >= 0.0:
+                    self.ejected.append((dict(rec), x, e / float(rec["m"])))
+                    counts[C["n_ejected"]] += 1
+                    counts[C["m_ejected"]] += float(rec["m"])
+                    counts[C["e_ejected"]] += e
+                    if rec["binind"] >= 0:
+                        counts[C["e_bind_ejected"]] += float(binding_energy(
+                            rec["bin_m1"], rec["bin_m2"], rec["bin_a"]))
+                    del products[k]
+                    ejected = True
+                    break
+        for i in inputs:
+            self.rows[i - self.i0] = None
+        dm: dict[int, float] = {}
+        for g, m in old:
+            dm[g] = dm.get(g, 0.0) - m
+        for i, rec in products:
+            dm[g_of[i]] = dm.get(g_of[i], 0.0) + float(rec["m"])
+            if self.rows[i - self.i0] is None:
+                self.rows[i - self.i0] = rec
+            else:
+                self.extra.append((g_of[i], rec))
+        self.changes.append((g_of[inputs[0]], dm))
+
+    def take_energy(self, amount: float, skip: list[dict]) -> tuple[float, float]:
+        """Take ``amount`` of kinetic energy from this block's rows other than the records in
+        ``skip`` (the event's products), at most TAKE_FRACTION of theirs, by one velocity
+        factor.  Returns (taken, left)."""
+        mine = {id(r) for r in skip}
+        others = [r for r in self.rows + [r for _, r in self.extra]
+                  if r is not None and id(r) not in mine]
+        ke = sum(0.5 * r["m"] * (r["vr"] ** 2 + r["vt"] ** 2) for r in others)
+        take = min(amount, TAKE_FRACTION * ke)
+        if take > 0.0:
+            f = math.sqrt(1.0 - take / ke)
+            for r in others:
+                r["vr"] *= f
+                r["vt"] *= f
+        return take, amount - take
+
+
+def _outside_potential(r_all: np.ndarray, phi_all: np.ndarray, g: int,
+                       removed: list[tuple[int, float]]) -> float:
+    """Potential at slot ``g`` of all shells but the ``removed`` ones (slot, mass)."""
+    x = r_all[g]
+    return phi_all[g] + sum(mq / max(x, r_all[gq]) for gq, mq in removed)
+
+
+def _shell_energy_change(r_all: np.ndarray, phi_all: np.ndarray,
+                         old: list[tuple[int, float]], new: list[tuple[int, float]]) -> float:
+    """Change of the shells' pair energy ``W = -sum m_a m_b / max(r_a, r_b)`` when the shells
+    ``old`` (slot, mass) are replaced by ``new`` (slots are indices of ``r_all``; ``phi_all``
+    the potential of all shells at them)."""
+    def outside(g: int) -> float:
+        return _outside_potential(r_all, phi_all, g, old)
+
+    def pairs(shells: list[tuple[int, float]]) -> float:
+        return -sum(ma * mb / max(r_all[ga], r_all[gb])
+                    for k, (ga, ma) in enumerate(shells) for gb, mb in shells[k + 1:])
+
+    return (sum(m * outside(g) for g, m in new) + pairs(new)
+            - sum(m * outside(g) for g, m in old) - pairs(old))
+
+
+def _members(rec: dict) -> dict[int, dict]:
+    """Member stars of a row: id -> {m, m_msun, rad, startype}."""
+    if rec.get("binind", -1) >= 0:
+        return {int(rec["bin_id1"]): {"m": rec["bin_m1"], "m_msun": rec["bin_m1_msun"],
+                                      "rad": rec["bin_rad1"], "startype": rec["bin_startype1"]},
+                int(rec["bin_id2"]): {"m": rec["bin_m2"], "m_msun": rec["bin_m2_msun"],
+                                      "rad": rec["bin_rad2"], "startype": rec["bin_startype2"]}}
+    return {int(rec["id"]): {"m": rec["m"], "m_msun": rec["m_msun"], "rad": rec["rad"],
+                             "startype": rec["startype"]}}
+
+
+def _object(rec: dict, radius_unit: float) -> fewbody.StarObject:
+    if rec["binind"] >= 0:
+        return fewbody.binary((int(rec["bin_id1"]), int(rec["bin_id2"])),
+                              (float(rec["bin_m1"]), float(rec["bin_m2"])),
+                              float(rec["bin_a"]), float(rec["bin_e"]),
+                              (float(rec["bin_rad1"]) * radius_unit,
+                               float(rec["bin_rad2"]) * radius_unit))
+    return fewbody.single(int(rec["id"]), float(rec["m"]), float(rec["rad"]) * radius_unit)
+
+
+def _leaf(q: fewbody.Product, members: dict[int, dict], radius_unit: float) -> int:
+    """Star id of a single body of the outcome; a merger product becomes a new member under
+    its smallest id (mass and Msun mass summed, radius from the integrator, the largest
+    stellar type: stellar evolution will decide)."""
+    if len(q.ids) == 1:
+        return q.ids[0]
+    parts = [members[i] for i in q.ids]
+    sid = min(q.ids)
+    members[sid] = {"m": sum(p["m"] for p in parts), "m_msun": sum(p["m_msun"] for p in parts),
+                    "rad": q.radius / radius_unit if radius_unit > 0 else 0.0,
+                    "startype": max(p["startype"] for p in parts)}
+    return sid
+
+
+def _single_record(template: dict, sid: int, mem: dict, v: np.ndarray) -> dict:
+    rec = dict(template)
+    rec.update(id=sid, m=mem["m"], m_msun=mem["m_msun"], rad=mem["rad"],
+               startype=mem["startype"], binind=-1, vr=float(v[2]),
+               vt=math.hypot(float(v[0]), float(v[1])))
+    for k in rec:
+        if k.startswith("bin_"):
+            rec[k] = -1 if k.startswith("bin_id") else (1 if "startype" in k else 0.0)
+    return rec
+
+
+def _binary_record(template: dict, id1: int, id2: int, members: dict[int, dict], a: float,
+                   e: float, v: np.ndarray, old_ids: dict[tuple[int, int], int]) -> dict:
+    m1, m2 = members[id1], members[id2]
+    rec = dict(template)
+    key = (min(id1, id2), max(id1, id2))
+    rec.update(id=old_ids.get(key, NEW_BINARY_ID_BASE + key[0]), m=m1["m"] + m2["m"],
+               m_msun=m1["m_msun"] + m2["m_msun"], rad=0.0, startype=template["startype"],
+               binind=0, vr=float(v[2]), vt=math.hypot(float(v[0]), float(v[1])),
+               bin_id1=id1, bin_id2=id2, bin_m1=m1["m"], bin_m2=m2["m"], bin_a=float(a),
+               bin_e=float(e), bin_rad1=m1["rad"], bin_rad2=m2["rad"],
+               bin_startype1=m1["startype"], bin_startype2=m2["startype"],
+               bin_m1_msun=m1["m_msun"], bin_m2_msun=m2["m_msun"])
+    return rec
+
+
+def _kinetic(recs) -> float:
+    return sum(0.5 * r["m"] * (r["vr"] ** 2 + r["vt"] ** 2) for r in recs)
+
+
+def _internal(recs) -> float:
+    """Internal (binding) energy of the binaries among ``recs``, as E_binding counts it."""
+    return sum(float(binding_energy(r["bin_m1"], r["bin_m2"], r["bin_a"]))
+               for r in recs if r["binind"] >= 0)
+
+
+def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: BinaryPhysics
+                     ) -> tuple[fewbody.InitialState, float]:
+    """Draw the encounter of local rows (i, i + 1): its initial state and the spin angle of
+    its frame about the relative velocity (10 uniforms from the block's sub-stream)."""
+    obj1 = _object(blk.row(i), phys.radius_unit)
+    obj2 = _object(blk.row(i + 1), phys.radius_unit)
+    both = obj1.is_binary and obj2.is_binary
+    rp = phys.x_bb * (obj1.a + obj2.a) if both else phys.x_bs * max(obj1.a, obj2.a)
+    state = fewbody.sample_encounter(obj1, obj2, w, rp, states, blk.b, phys.settings.tidal_tol)
+    return state, 2.0 * math.pi * taus_uniform(states, blk.b)
+
+
+def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spin: float,
+               out: fewbody.Outcome, counts: np.ndarray, radius_unit: float = 0.0) -> None:
+    """Write back the products of the encounter of local rows (i, i + 1)."""
+    j = i + 1
+    ri, rj = blk.row(i), blk.row(j)
+    obj1, obj2 = state.objects
+    counts[C["n_binary_binary"] if obj1.is_binary and obj2.is_binary
+           else C["n_binary_single"]] += 1
+    if out is None or not out.valid:
+        counts[C["n_encounters_discarded"]] += 1
+        if out is not None:
+            log.info("encounter of %s and %s discarded (%s)", obj1.ids, obj2.ids, out.reason)
+        return
+    v_i, v_j = pair_velocities(ri["vr"], ri["vt"], rj["vr"], rj["vt"], phi)
+    mi, mj = ri["m"], rj["m"]
+    v_cm = (mi * v_i + mj * v_j) / (mi + mj)
+    w_vec = v_j - v_i
+    rot = rotation_onto(incoming_direction(state), w_vec / float(np.linalg.norm(w_vec)), spin)
+    members = {**_members(ri), **_members(rj)}
+    old_ids = {}
+    for rec in (ri, rj):
+        if rec["binind"] >= 0:
+            a_, b_ = int(rec["bin_id1"]), int(rec["bin_id2"])
+            old_ids[(min(a_, b_), max(a_, b_))] = int(rec["id"])
+    k_before = _kinetic((ri, rj))
+    eb_before = _internal((ri, rj))
+    new_recs: list[dict] = []
+    e_outer = 0.0
+    for p in out.products:
+        v = v_cm + rot @ p.v_inf
+        parts = [p]
+        if p.n_bodies == 3:  # stable triple: inner binary and outer star go their own ways
+            e_outer += float(binding_energy(p.children[0].m, p.children[1].m, p.a))
+            parts = list(p.children)
+            counts[C["n_triples"]] += 1
+        for q in parts:
+            if q.is_single:
+                sid = _leaf(q, members, radius_unit)
+                new_recs.append(_single_record(ri, sid, members[sid], v))
+            else:
+                c1, c2 = q.children
+                new_recs.append(_binary_record(ri, _leaf(c1, members, radius_unit),
+                                               _leaf(c2, members, radius_unit), members, q.a,
+                                               q.e, v, old_ids))
+    counts[C["n_exchanges"]] += out.exchanges
+    # binaries destroyed
+    counts[C["n_ionisations"]] += max(0, out.n_binaries_in - out.n_binaries_out)
+    counts[C["n_mergers"]] += out.mergers
+    # mechanical energy changed by mergers (a merged pair's orbital energy goes into the
+    # product: its negative binding energy leaves the budget), booked so E_tot is kept
+    counts[C["e_mergers"]] += out.de_merger
+    dk = _kinetic(new_recs) - k_before
+    counts[C["e_encounters"]] += dk
+    # what the cluster's budget changes by, all of it the integrator's energy error: the
+    # products' kinetic and internal energy (a stable triple's outer orbit is paid for
+    # below, from the neighbours or as e_oops, so it counts), less what mergers dissipated
+    counts[C["e_integrator"]] += dk + _internal(new_recs) - eb_before + e_outer - out.de_merger
+    blk.place([i, j], [(i if k == 0 else j, rec) for k, rec in enumerate(new_recs)], counts)
+    if e_outer < 0.0:
+        taken, left = blk.take_energy(-e_outer, new_recs)
+        counts[C["e_taken"]] += taken
+        blk.owed += left
+
+
+def _three_body_draws(blk: _Block, states: np.ndarray) -> np.ndarray:
+    """The uniforms of a three-body formation, in order: two azimuths, hardness (term, value),
+    eccentricity, direction (two)."""
+    return np.array([taus_uniform(states, blk.b) for _ in range(DRAWS_THREE_BODY)])
+
+
+def _three_body(blk: _Block, i: int, bstats: np.ndarray, u: np.ndarray,
+                phys: BinaryPhysics, counts: np.ndarray) -> None:
+    """The two most massive stars of rows i..i+2 form a binary (at row i's slot), the third
+    carries the recoil (at row i+2's); Morscher et al. (2015) as CMC-COSMIC does it: hardness
+    ``eta`` gives ``E_b = -eta <m> sigma^2 / 2`` (``sigma`` the 3-D dispersion)."""
+    recs = sorted((blk.row(i + k) for k in range(3)), key=lambda r: -r["m"])
+    m = np.array([r["m"] for r in recs])
+    a2 = 2.0 * math.pi * u[0]
+    a3 = 2.0 * math.pi * u[1]
+    v = np.array([[recs[0]["vt"], 0.0, recs[0]["vr"]],
+                  [recs[1]["vt"] * math.cos(a2), recs[1]["vt"] * math.sin(a2), recs[1]["vr"]],
+                  [recs[2]["vt"] * math.cos(a3), recs[2]["vt"] * math.sin(a3), recs[2]["vr"]]])
+    m12 = m[0] + m[1]
+    v12 = float(np.linalg.norm(v[0] - v[1]))
+    v3 = float(np.linalg.norm(v[2] - (m[0] * v[0] + m[1] * v[1]) / m12))
+    kk = 2.0 * (m.sum() / m12) * (v12 / v3) ** 2 if v3 > 0 else 0.0
+    eta = three_body_hardness(kk, phys.eta_min, phys.eta_max, u[2], u[3])
+    ecc = math.sqrt(u[4])
+    u1, u2 = u[5], u[6]
+    _, sigma2, m_mean = bstats
+    e_bind = -0.5 * eta * m_mean * sigma2
+    a = m[0] * m[1] / (-2.0 * e_bind)
+    out_v = np.empty((2, 3))
+    three_body_binary_kinematics(m, v, e_bind, u1, u2, out_v)
+    members = {**_members(recs[0]), **_members(recs[1])}
+    k_before = _kinetic(recs)
+    id1, id2 = int(recs[0]["id"]), int(recs[1]["id"])
+    binrec = _binary_record(recs[0], id1, id2, members, a, ecc, out_v[0], {})
+    single = dict(recs[2])
+    single["vr"] = float(out_v[1, 2])
+    single["vt"] = math.hypot(float(out_v[1, 0]), float(out_v[1, 1]))
+    counts[C["n_three_body"]] += 1
+    counts[C["e_three_body"]] += _kinetic((binrec, single)) - k_before
+    blk.place([i, i + 1, i + 2], [(i, binrec), (i + 2, single)], counts)
+
+
+def _break_wide(blk: _Block, i: int, counts: np.ndarray) -> None:
+    """Split the binary of row i into its two members at its centre-of-mass velocity."""
+    rec = blk.row(i)
+    members = _members(rec)
+    v = np.array([rec["vt"], 0.0, rec["vr"]])
+    (id1, mem1), (id2, mem2) = members.items()
+    e_b = float(binding_energy(rec["bin_m1"], rec["bin_m2"], rec["bin_a"]))
+    parts = [_single_record(rec, id1, mem1, v), _single_record(rec, id2, mem2, v)]
+    blk.place([i], [(i, parts[0]), (i, parts[1])], counts)
+    taken, left = blk.take_energy(-e_b, parts)
+    counts[C["n_wide_broken"]] += 1
+    counts[C["e_taken"]] += taken
+    blk.owed += left
+
+
