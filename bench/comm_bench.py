@@ -19,7 +19,7 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
-#: Bytes per star record sent by the sort (parallel.sample_sort._record_dtype of the star table).
+#: Bytes per star record sent by the sort (parallel.sort_records._record_dtype of the star table).
 RECORD_BYTES = 88
 
 

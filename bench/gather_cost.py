@@ -1,14 +1,14 @@
 """Per-rank cost of reading every rank's exact-cut offers, against the number of ranks.
 
 ``python bench/gather_cost.py [P ...]`` (one process) emulates the gather of the step's exact
-cuts (:func:`parallel.sample_sort._exact_cuts`) on P ranks, each offering ``OFFERS`` pairs and
+cuts (:func:`parallel.sort_cuts._exact_cuts`) on P ranks, each offering ``OFFERS`` pairs and
 its columns of one value (the star table's 11 fields), and times what every rank does with
 what it receives, without the network: the offers as numbers (today's two buffer
-collectives, :func:`parallel.sample_sort._offer_heads` and ``_offer_words``, the received
+collectives, :func:`parallel.sort_cuts._offer_heads` and ``_offer_words``, the received
 rows parsed by numpy) against pickled objects, one per rank (mpi4py's lowercase
 ``allgather``, used until 2026-11-27: each rank's tuple of arrays and dict unpacked on every
 rank), both followed by
-the same :func:`parallel.sample_sort._own_moves`.  Prints a table and one JSON line,
+the same :func:`parallel.sort_cuts._own_moves`.  Prints a table and one JSON line,
 microseconds per call (the best of ``REPEATS``).  The network's share (latency and bytes)
 is the performance model's (:mod:`bench.perf_model`).
 """
@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cmc.fields import STAR_FIELDS  # noqa: E402
-from parallel import sample_sort as ss  # noqa: E402
+from parallel import sort_cuts as ss  # noqa: E402
 
 #: Pairs each rank offers per step (the step's brackets hold a few stars per bound).
 OFFERS = 8

@@ -226,7 +226,7 @@ def traffic_of(row2: dict, n: int) -> dict:
     ag_calls, ag_bytes = by.get("Allgatherv", [0, 0])
     a2a_calls, a2a_bytes = by.get("Alltoallv", [0, 0])
     from cmc.stars import StarTable
-    from parallel.sample_sort import _record_dtype
+    from parallel.sort_records import _record_dtype
 
     rec = _record_dtype(StarTable.empty(1).as_dict()).itemsize
     ag_b = ag_bytes / (n / 2)  # bytes per star of the replicated arrays

@@ -26,7 +26,7 @@ if "NUMBA_THREADING_LAYER" not in _os.environ:
     _numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
 
 # OpenMP workers that wait passively (sleep) between parallel regions instead of spinning:
-# the step sorts its keys on Python threads (numpy's argsort, parallel.sample_sort) right
+# the step sorts its keys on Python threads (numpy's argsort, parallel.sort_local) right
 # after numba's regions, and spinning workers held the second core, so that sort did not
 # speed up with threads (N = 1e5, two threads: sort 0.086-0.090 -> 0.071 us per star, the
 # step 0.335-0.353 -> 0.328-0.333; the wake-up costs the orbit kernel ~0.003).  Read by

@@ -26,13 +26,8 @@ from parallel.decomposition import (
     rank_bounds,
     rank_offsets,
 )
-from parallel.sample_sort import (
-    pack_records,
-    parallel_sort,
-    redistribute_to_blocks,
-    sample_sort,
-    unpack_records,
-)
+from parallel.sample_sort import parallel_sort, redistribute_to_blocks, sample_sort
+from parallel.sort_records import pack_records, unpack_records
 
 # (N, P) pairs: multiples of 20 and not, N < 20, N = 0, P larger than the number of blocks.
 NS = [0, 1, 19, 20, 21, 39, 40, 45, 59, 100, 119, 450, 1000, 1003, 12345]
@@ -325,7 +320,7 @@ def test_pack_rows_and_place_equal_numpy(threads, extra):
     threads, and no rows at all."""
     import numba
 
-    from parallel.sample_sort import _pack_rows, _place
+    from parallel.sort_exchange import _pack_rows, _place
 
     rng = np.random.default_rng(8)
     n, m = 3000, 700
@@ -371,7 +366,7 @@ def test_pack_rows_and_place_equal_numpy(threads, extra):
 def test_merge_runs_is_a_stable_sort(runs, ndistinct):
     """The MPI sort's merge of the received runs equals a stable lexsort by (key, tiebreak),
     with and without a tiebreak (ties then by position), for any number of runs."""
-    from parallel.sample_sort import _merge_runs
+    from parallel.sort_local import _merge_runs
 
     rng = np.random.default_rng(len(runs) + sum(runs))
     keys, tbs = [], []
@@ -395,7 +390,7 @@ def test_merge_two_places_runs_as_a_stable_sort(runs, ndistinct, me):
     """The MPI sort's merge of its own run (rank ``me``) with the received ones (merged among
     themselves, ranks in order) puts every element where a stable lexsort of all the runs in
     rank order puts it, ties (equal pairs too) going to the lower rank."""
-    from parallel.sample_sort import _merge_runs, _merge_two
+    from parallel.sort_local import _merge_runs, _merge_two
 
     me = min(me, len(runs) - 1)
     rng = np.random.default_rng(len(runs) + sum(runs) + 10 * me)
@@ -475,7 +470,7 @@ def test_parallel_sort_serial_selected_rows(n):
 def test_uniform_value_is_bitwise():
     """One value bit for bit, or None: -0.0 beside 0.0 and two NaN payloads differ; empty,
     2-d and object arrays are never uniform."""
-    from parallel.sample_sort import uniform_value
+    from parallel.sort_records import uniform_value
 
     assert uniform_value(np.full(1000, 0.25)) == np.float64(0.25).tobytes()
     assert uniform_value(np.full(7, -1, dtype=np.int64)) == np.int64(-1).tobytes()
@@ -544,7 +539,7 @@ def test_local_order_threads(threads, case):
     """The threaded local sort gives exactly lexsort's permutation for any thread count."""
     import numba
 
-    from parallel.sample_sort import THREADED_SORT_MIN, _local_order
+    from parallel.sort_local import THREADED_SORT_MIN, _local_order
 
     rng = np.random.default_rng(5)
     n = THREADED_SORT_MIN + 12345
@@ -594,7 +589,8 @@ def test_sort_scans_equal_numpy():
     """The sort's compiled scans are the numpy expressions they replace, with the hit first,
     in the middle and last: strictly increasing rows, NaN keys, equal neighbours in sorted
     order (the test for ties)."""
-    from parallel.sample_sort import _any_adjacent_equal, _any_nan, _increasing
+    from parallel.sort_local import _any_adjacent_equal
+    from parallel.sort_records import _any_nan, _increasing
 
     rng = np.random.default_rng(9)
     for n in (0, 1, 2, 1000, 50_001):
@@ -621,7 +617,7 @@ def test_partition_matches_searchsorted(ranges):
     """The threaded sort's stable partition (branch-free up to 8 ranges, counted above) equals
     numpy's searchsorted(side="right") followed by a stable argsort, NaN keys and ties
     included (two ranges, the select path; up to 8, branch-free passes; more, counted)."""
-    from parallel.sample_sort import _BRANCH_FREE_RANGES, _partition
+    from parallel.sort_local import _BRANCH_FREE_RANGES, _partition
 
     assert 8 == _BRANCH_FREE_RANGES  # the cases cover every path
     rng = np.random.default_rng(ranges)
@@ -644,7 +640,7 @@ def test_bucket_argsort_equals_numpy_stable(case):
     merge-sorted), +-0.0 (equal), +-inf, NaN (last, in input order), denormals, keys spread
     over 60 decades (the ordinary keys in a few coarse bins, each cut into many buckets),
     and sizes from empty to many buckets."""
-    from parallel.sample_sort import bucket_argsort
+    from parallel.sort_local import bucket_argsort
 
     rng = np.random.default_rng(7)
     for n in (0, 1, 2, 3, 17, 1000, 40_000):
@@ -696,7 +692,7 @@ def _splitters_by_lexsort(gathered, size, use_tiebreak):
 def test_splitters_merge_equals_lexsort(use_tiebreak, ndistinct):
     """Rank 0 merges the ranks' sorted samples instead of sorting them: the same splitters
     as a stable lexsort, with ties (equal keys, equal pairs), uneven and empty ranks."""
-    from parallel.sample_sort import _choose_splitters
+    from parallel.sort_cuts import _choose_splitters
 
     rng = np.random.default_rng(ndistinct or 7)
     for size in (2, 3, 16):
@@ -719,7 +715,7 @@ def test_splitters_merge_equals_lexsort(use_tiebreak, ndistinct):
 
 def test_default_sample_size_follows_local_stars():
     """One sample per 64 local stars, at least max(4 P, 64) and at most 4096."""
-    from parallel.sample_sort import default_sample_size
+    from parallel.sort_cuts import default_sample_size
 
     assert default_sample_size(2) == 64 and default_sample_size(64) == 256
     assert default_sample_size(16, 62_500) == 976  # N = 1e6 on 16 ranks
@@ -758,7 +754,7 @@ class _ThreadComm:
 
 
 def _exact_cuts_per_cut(keys, tbs, cuts, deficit):
-    """Reference twin of :func:`parallel.sample_sort._exact_cuts` after its reduction (the
+    """Reference twin of :func:`parallel.sort_cuts._exact_cuts` after its reduction (the
     per-cut loop it had until 2026-11-26): every rank's new cuts, given all ranks' sorted keys
     and tiebreaks (tbs None: none) and local cuts at the splitters."""
     size = len(keys)
@@ -796,7 +792,7 @@ def test_exact_cuts_equal_per_cut_twin(size, ndistinct, tiebreak, per_cut, key_d
     (long double, 16 bytes here) pickled."""
     import threading
 
-    from parallel.sample_sort import _exact_cuts
+    from parallel.sort_cuts import _exact_cuts
 
     rng = np.random.default_rng(size * 10 + (ndistinct or 0) + tiebreak)
     ns = rng.integers(0, 60, size)

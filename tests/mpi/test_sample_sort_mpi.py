@@ -199,7 +199,7 @@ def _splitter_guesses(kind: str, r_sorted: np.ndarray, p: int) -> np.ndarray:
     if kind == "exact":
         return at(bounds)
     if kind.startswith("bracket"):  # rows of guesses (the step's), around the bounds or off
-        from parallel.sample_sort import bracketing_guesses
+        from parallel.sort_cuts import bracketing_guesses
 
         if not n:
             return np.zeros((p - 1, 3))
@@ -240,7 +240,7 @@ def test_parallel_sort_splitter_guesses(on_subcomms, n, case, guess):
 def test_parallel_sort_reports_its_guesses(on_subcomms):
     """``report``: the number of stars on all ranks below each guess and the block bounds, the
     same on every rank; :func:`guess_deviation` their deviation from the middle guesses."""
-    from parallel.sample_sort import BRACKET_MIDDLE, bracketing_guesses, guess_deviation
+    from parallel.sort_cuts import BRACKET_MIDDLE, bracketing_guesses, guess_deviation
 
     n = 1003
     stars = global_stars("random", n)
