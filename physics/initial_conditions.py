@@ -1,5 +1,10 @@
 """Initial conditions for Hénon Monte Carlo runs: Plummer and King models, mass functions.
 
+This module samples the models (:func:`plummer`, :func:`king` with :func:`solve_king`); its
+parts are :mod:`physics.henon_units` (the shells' potential and energy, and
+:func:`scale_to_henon_units`) and :mod:`physics.mass_functions` (:func:`sample_masses` and the
+argument checks), whose names it re-exports.
+
 Units
 -----
 Everything returned by :func:`plummer`, :func:`king` and :func:`scale_to_henon_units` is in
@@ -12,15 +17,8 @@ Star sets are dicts of float64 arrays ``{'r', 'vr', 'vt', 'm'}`` sorted by incre
 
 Energy convention
 -----------------
-The potential energy is that of the spherical shells the stars stand for (CMC paper, eqs 1-5).
-With stars sorted by radius, the potential at star ``k`` is
-
-    phi_k = -M(<=k) / r_k - sum_{i>k} m_i / r_i,
-
-where ``M(<=k)`` *includes* star ``k`` itself, and ``W = sum_k m_k phi_k / 2``.  Expanding,
-``W = -sum_i m_i M(<i) / r_i - sum_i m_i^2 / (2 r_i)``: the mutual energy of all pairs of shells
-plus the self energy ``-m^2/(2r)`` of each thin shell, i.e. the exact potential energy of the
-sphericalised sample (the star's own mass is "half counted").
+The potential energy is that of the spherical shells the stars stand for (CMC paper, eqs 1-5;
+:mod:`physics.henon_units` says how the star's own shell is counted).
 
 Random numbers
 --------------
@@ -32,15 +30,27 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 from scipy.integrate import solve_ivp
 from scipy.interpolate import PchipInterpolator
 from scipy.special import erf, gammainc
+
+from physics.henon_units import (
+    HenonScaling,
+    scale_to_henon_units,
+    shell_energies,
+    shell_potential,
+)
+from physics.mass_functions import (
+    _check_masses,
+    _check_n,
+    _check_positive,
+    _check_rng,
+    sample_masses,
+)
 
 __all__ = [
     "HenonScaling",
@@ -58,10 +68,6 @@ __all__ = [
 #: Plummer scale radius in Hénon units, a = 3 pi / 16 (virial radius 1).
 PLUMMER_A_HENON = 3.0 * math.pi / 16.0
 
-#: Kroupa (2001) broken power law: slopes of dN/dm ~ m^-alpha and the break masses (Msun).
-KROUPA_BREAKS = (0.08, 0.5)
-KROUPA_ALPHAS = (0.3, 1.3, 2.3)
-
 
 def plummer_scale_radius() -> float:
     """Plummer scale radius in Hénon units.
@@ -73,256 +79,6 @@ def plummer_scale_radius() -> float:
         G = M = 1 and E = -1/4.
     """
     return PLUMMER_A_HENON
-
-
-# --------------------------------------------------------------------------------------------
-# validation helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _check_n(n: object) -> int:
-    """Return ``n`` as an int >= 2 or raise ValueError naming ``n``."""
-    if isinstance(n, bool | np.bool_):
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
-    try:
-        n_int = operator.index(n)
-    except TypeError:
-        # Accept integral floats (e.g. 1e5 from a config file) but nothing fractional.
-        if isinstance(n, float | np.floating) and math.isfinite(n) and float(n).is_integer():
-            n_int = int(n)
-        else:
-            raise ValueError(f"n must be an integer >= 2, got {n!r}") from None
-    if n_int < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
-    return n_int
-
-
-def _check_rng(rng: object) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    return rng
-
-
-def _check_positive(name: str, value: object) -> float:
-    try:
-        x = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}") from None
-    if not (math.isfinite(x) and x > 0.0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return x
-
-
-def _check_masses(masses: object, n: int) -> np.ndarray:
-    m = np.asarray(masses, dtype=np.float64)
-    if m.ndim != 1 or m.size != n:
-        raise ValueError(f"masses must be a 1-D array of length n={n}, got shape {m.shape}")
-    if not np.all(np.isfinite(m)) or np.any(m <= 0.0):
-        raise ValueError("masses must be positive and finite")
-    return m
-
-
-# --------------------------------------------------------------------------------------------
-# shell potential, energies and scaling
-# --------------------------------------------------------------------------------------------
-
-
-@njit(cache=True)
-def _compensated_cumsum(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """Prefix sums with Neumaier compensation (error ~ eps, independent of length)."""
-    out = np.empty_like(x)
-    total = 0.0
-    comp = 0.0
-    for i in range(x.size):
-        xi = x[i]
-        t = total + xi
-        if abs(total) >= abs(xi):
-            comp += (total - t) + xi
-        else:
-            comp += (xi - t) + total
-        total = t
-        out[i] = total + comp
-    return out
-
-
-def shell_potential(r: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Potential at each star from spherical shells (CMC paper eqs 1-5).
-
-    Parameters
-    ----------
-    r : numpy.ndarray
-        Radii, sorted increasing, all > 0 (any consistent length unit).
-    m : numpy.ndarray
-        Masses in the same order (any consistent mass unit; G = 1).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``phi_k = -M(<=k)/r_k - sum_{i>k} m_i/r_i`` (units of G M / r).  ``M(<=k)`` includes
-        star ``k``; see the module docstring for why.
-
-    Raises
-    ------
-    ValueError
-        If the arrays differ in length or ``r`` is not sorted.
-    """
-    r = np.asarray(r, dtype=np.float64)
-    m = np.asarray(m, dtype=np.float64)
-    if r.shape != m.shape or r.ndim != 1:
-        raise ValueError("r and m must be 1-D arrays of the same length")
-    if r.size > 1 and np.any(np.diff(r) < 0.0):
-        raise ValueError("r must be sorted in increasing order")
-    # Compensated prefix sums: a plain cumsum over 1e5-1e6 stars drifts by ~1e-12, which
-    # would show up directly in the total energy that the scaling is meant to fix exactly.
-    m_enc = _compensated_cumsum(m)
-    # Outer sum accumulated from the outside in, so small outer terms are not swamped.
-    m_over_r = m / r
-    outer = np.empty_like(r)
-    outer[:-1] = _compensated_cumsum(m_over_r[::-1])[::-1][1:]
-    outer[-1] = 0.0
-    return -m_enc / r - outer
-
-
-def shell_energies(
-    r: np.ndarray, vr: np.ndarray, vt: np.ndarray, m: np.ndarray
-) -> tuple[float, float]:
-    """Kinetic and shell potential energy of a star set.
-
-    Parameters
-    ----------
-    r, vr, vt, m : numpy.ndarray
-        Radii (sorted increasing), radial and transverse velocities, masses, in any units with
-        G = 1 (Hénon units for the outputs of this module).
-
-    Returns
-    -------
-    kinetic : float
-        ``K = sum m (vr^2 + vt^2) / 2``.
-    potential : float
-        ``W = sum m phi / 2`` with ``phi`` from :func:`shell_potential`.
-    """
-    m = np.asarray(m, dtype=np.float64)
-    vr = np.asarray(vr, dtype=np.float64)
-    vt = np.asarray(vt, dtype=np.float64)
-    kinetic = 0.5 * float(np.sum(m * (vr * vr + vt * vt)))
-    potential = 0.5 * float(np.sum(m * shell_potential(r, m)))
-    return kinetic, potential
-
-
-@dataclass(frozen=True)
-class HenonScaling:
-    """Factors that took a star set to Hénon units (new = factor * old).
-
-    Attributes
-    ----------
-    mass : float
-        Mass factor, ``1 / M_input``.
-    length : float
-        Length factor.
-    velocity : float
-        Velocity factor.
-    virial_ratio : float
-        ``2K/|W|`` of the input, kept by the scaling.
-    order : numpy.ndarray
-        Permutation that sorted the input by radius (``r_out = length * r_in[order]``), so the
-        caller can reorder any per-star data it keeps elsewhere.
-    """
-
-    mass: float
-    length: float
-    velocity: float
-    virial_ratio: float
-    order: np.ndarray
-
-
-def scale_to_henon_units(
-    r: np.ndarray, vr: np.ndarray, vt: np.ndarray, m: np.ndarray
-) -> tuple[dict[str, np.ndarray], HenonScaling]:
-    """Sort by radius and rescale a star set to Hénon units (G = M = 1, E = -1/4).
-
-    The input is taken to be in *some* self-consistent units with G = 1.  Masses are divided
-    by their total; lengths and velocities are then scaled so that the exact total energy of
-    the sample, ``K + W`` with the shell potential energy ``W`` (module docstring), is -1/4,
-    while the virial ratio ``Q = 2K/|W|`` of the input is kept (so a sample drawn from an
-    equilibrium model keeps its small statistical departure from virial equilibrium rather
-    than having it forced to exactly 1).  With ``Q`` kept, ``W = -1/(2(2-Q))`` and
-    ``K = Q|W|/2``; for ``Q = 1`` this is the usual ``W = -1/2``, ``K = 1/4``.
-
-    Parameters
-    ----------
-    r : numpy.ndarray
-        Radii (> 0), any order, input length unit.
-    vr : numpy.ndarray
-        Radial velocities, input velocity unit.
-    vt : numpy.ndarray
-        Transverse speeds (>= 0), input velocity unit.
-    m : numpy.ndarray
-        Masses (> 0), input mass unit.
-
-    Returns
-    -------
-    stars : dict of numpy.ndarray
-        ``{'r', 'vr', 'vt', 'm'}`` in Hénon units, sorted by increasing ``r``.
-    scaling : HenonScaling
-        The factors applied and the sorting permutation.
-
-    Raises
-    ------
-    ValueError
-        On mismatched lengths, fewer than 2 stars, non-finite values, ``r <= 0``, ``m <= 0``,
-        ``vt < 0``, or an unbound input (``Q >= 2``, no negative-energy scaling exists).
-    """
-    arrays = {}
-    for name, a in (("r", r), ("vr", vr), ("vt", vt), ("m", m)):
-        arr = np.asarray(a, dtype=np.float64)
-        if arr.ndim != 1:
-            raise ValueError(f"{name} must be a 1-D array")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} must be finite")
-        arrays[name] = arr
-    n = arrays["r"].size
-    if any(a.size != n for a in arrays.values()):
-        raise ValueError("r, vr, vt and m must have the same length")
-    if n < 2:
-        raise ValueError(f"need at least 2 stars (n >= 2), got {n}")
-    if np.any(arrays["r"] <= 0.0):
-        raise ValueError("r must be > 0 (the shell potential diverges at r = 0)")
-    if np.any(arrays["m"] <= 0.0):
-        raise ValueError("m must be > 0")
-    if np.any(arrays["vt"] < 0.0):
-        raise ValueError("vt must be >= 0 (it is a speed)")
-
-    order = np.argsort(arrays["r"], kind="stable")
-    r_s = arrays["r"][order]
-    vr_s = arrays["vr"][order]
-    vt_s = arrays["vt"][order]
-    m_s = arrays["m"][order]
-
-    kinetic, potential = shell_energies(r_s, vr_s, vt_s, m_s)
-    q = 2.0 * kinetic / abs(potential)
-    if not q < 2.0:
-        raise ValueError(f"input is unbound (virial ratio 2K/|W| = {q:.6g} >= 2); cannot scale")
-
-    m_tot = float(np.sum(m_s))
-    m_new = m_s / m_tot
-    # Energies with normalised masses but unscaled positions/velocities.
-    kin_m = kinetic / m_tot
-    pot_m = potential / m_tot**2
-    pot_target = -1.0 / (2.0 * (2.0 - q))
-    kin_target = 0.5 * q * abs(pot_target)
-    length = pot_m / pot_target
-    velocity = math.sqrt(kin_target / kin_m) if kin_m > 0.0 else 1.0
-
-    stars = {
-        "r": r_s * length,
-        "vr": vr_s * velocity,
-        "vt": vt_s * velocity,
-        "m": m_new,
-    }
-    scaling = HenonScaling(
-        mass=1.0 / m_tot, length=length, velocity=velocity, virial_ratio=q, order=order
-    )
-    return stars, scaling
 
 
 # --------------------------------------------------------------------------------------------
@@ -740,136 +496,3 @@ def king(
     return stars, info
 
 
-# --------------------------------------------------------------------------------------------
-# mass functions
-# --------------------------------------------------------------------------------------------
-
-
-def _segment_integral(lo: float, hi: float, alpha: float) -> float:
-    """Integral of m^-alpha from lo to hi, stable for alpha near 1."""
-    beta = 1.0 - alpha
-    lr = math.log(hi / lo)
-    if beta == 0.0:
-        return lr
-    return lo**beta * math.expm1(beta * lr) / beta
-
-
-def _power_law_inverse(u: np.ndarray, lo: float, hi: float, alpha: float) -> np.ndarray:
-    """Inverse CDF of dN/dm ~ m^-alpha on [lo, hi]; u in [0, 1]. Stable for alpha near 1."""
-    beta = 1.0 - alpha
-    lr = math.log(hi / lo)
-    if beta == 0.0:
-        return lo * np.exp(u * lr)
-    m = lo * np.exp(np.log1p(u * math.expm1(beta * lr)) / beta)
-    return np.clip(m, lo, hi)
-
-
-def _broken_power_law(
-    n: int,
-    rng: np.random.Generator,
-    m_min: float,
-    m_max: float,
-    breaks: tuple[float, ...],
-    alphas: tuple[float, ...],
-) -> np.ndarray:
-    """Sample a continuous broken power law restricted to [m_min, m_max], one uniform a star."""
-    edges = [m_min] + [b for b in breaks if m_min < b < m_max] + [m_max]
-    # Slope of each used segment: the law's slope at the segment's midpoint.
-    bounds = np.asarray(breaks)
-    seg_alpha = [alphas[int(np.searchsorted(bounds, math.sqrt(a * b)))]
-                 for a, b in zip(edges[:-1], edges[1:])]
-    # Continuity: coefficient c_k of m^-alpha_k, c_0 = 1, matched at each break.
-    coef = [1.0]
-    for k in range(1, len(seg_alpha)):
-        coef.append(coef[-1] * edges[k] ** (seg_alpha[k] - seg_alpha[k - 1]))
-    weights = np.array(
-        [c * _segment_integral(a, b, al)
-         for c, a, b, al in zip(coef, edges[:-1], edges[1:], seg_alpha)]
-    )
-    cum = np.concatenate([[0.0], np.cumsum(weights)]) / weights.sum()
-    cum[-1] = 1.0
-    u = rng.random(n)
-    seg = np.clip(np.searchsorted(cum, u, side="right") - 1, 0, len(seg_alpha) - 1)
-    out = np.empty(n)
-    for k, al in enumerate(seg_alpha):  # loop over <= 3 segments, not stars
-        sel = seg == k
-        uk = (u[sel] - cum[k]) / (cum[k + 1] - cum[k])
-        out[sel] = _power_law_inverse(np.clip(uk, 0.0, 1.0), edges[k], edges[k + 1], al)
-    return out
-
-
-def sample_masses(
-    n: int,
-    rng: np.random.Generator,
-    kind: str = "equal",
-    m_min: float = 0.1,
-    m_max: float = 100.0,
-    alpha: float = 2.35,
-    m_equal: float = 1.0,
-    brown_dwarf_slope: bool = True,
-) -> tuple[np.ndarray, float]:
-    """Draw stellar masses (Msun) from a mass function.
-
-    Parameters
-    ----------
-    n : int
-        Number of stars, >= 2.
-    rng : numpy.random.Generator
-        Source of all random numbers (one uniform per star for the non-equal kinds).
-    kind : {'equal', 'power_law', 'kroupa'}
-        ``'equal'``: every star has ``m_equal``.  ``'power_law'``: ``dN/dm ~ m^-alpha`` on
-        ``[m_min, m_max]`` by inverse CDF (alpha = 1 handled: log-uniform).  ``'kroupa'``:
-        Kroupa (2001) continuous broken power law, alpha = 1.3 for 0.08 <= m < 0.5 and 2.3 for
-        m >= 0.5, and 0.3 below 0.08 (or 1.3 there too if ``brown_dwarf_slope`` is False),
-        restricted to ``[m_min, m_max]``, by inverse CDF of the piecewise law.
-    m_min, m_max : float
-        Mass range in Msun, ``0 < m_min < m_max`` (ignored for ``'equal'``).
-    alpha : float
-        Power-law slope for ``'power_law'`` (finite; the Salpeter value 2.35 by default).
-    m_equal : float
-        Mass of every star for ``'equal'``, Msun (> 0).
-    brown_dwarf_slope : bool
-        For ``'kroupa'``: use alpha = 0.3 below 0.08 Msun.
-
-    Returns
-    -------
-    masses : numpy.ndarray
-        ``n`` masses in Msun, in random order (i.i.d. draws).
-    total : float
-        Their sum in Msun: the cluster mass, which sets the physical mass unit once the
-        masses are normalised to 1 in Hénon units.
-
-    Raises
-    ------
-    ValueError
-        Naming the bad argument: ``n``, ``kind``, ``m_min``, ``m_max``, ``alpha``,
-        ``m_equal``.
-    TypeError
-        If ``rng`` is not a ``numpy.random.Generator``.
-    """
-    n = _check_n(n)
-    rng = _check_rng(rng)
-    kinds = ("equal", "power_law", "kroupa")
-    if kind not in kinds:
-        raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
-    if kind == "equal":
-        me = _check_positive("m_equal", m_equal)
-        masses = np.full(n, me)
-        return masses, float(masses.sum())
-
-    lo = _check_positive("m_min", m_min)
-    hi = _check_positive("m_max", m_max)
-    if not hi > lo:
-        raise ValueError(f"m_max must be greater than m_min, got m_min={lo!r}, m_max={hi!r}")
-    if kind == "power_law":
-        try:
-            a = float(alpha)
-        except (TypeError, ValueError):
-            raise ValueError(f"alpha must be a finite number, got {alpha!r}") from None
-        if not math.isfinite(a):
-            raise ValueError(f"alpha must be a finite number, got {alpha!r}")
-        masses = _power_law_inverse(rng.random(n), lo, hi, a)
-    else:
-        alphas = KROUPA_ALPHAS if brown_dwarf_slope else (1.3,) + KROUPA_ALPHAS[1:]
-        masses = _broken_power_law(n, rng, lo, hi, KROUPA_BREAKS, alphas)
-    return masses, float(masses.sum())

@@ -19,7 +19,7 @@ from cmc.cosmic import PARSEC_PER_RSUN, in_nbody_units, is_cosmic_file, read_cos
 from cmc.errors import InputError
 from cmc.initial import build_initial_stars, physical_scale
 from physics.encounter_events import NEW_BINARY_ID_BASE
-from physics.initial_conditions import shell_energies
+from physics.henon_units import shell_energies
 
 cosmic_table = pytest.importorskip("cosmic.sample.initialcmctable")
 InitialCMCTable = cosmic_table.InitialCMCTable
@@ -252,7 +252,7 @@ def _scale_radii(src, tmp_path, factor):
 def test_not_nbody_units_is_rescaled(cosmic_files, tmp_path, caplog):
     """A COSMIC-layout file whose positions are not in N-body units is rescaled with a warning,
     as any other initial-conditions file: homologously to M = 1 and E = -1/4, its virial ratio
-    kept (physics/initial_conditions.scale_to_henon_units).
+    kept (physics/henon_units.scale_to_henon_units).
 
     Radii x 5/4 of a virialised file (K = 1/4, W = -1/2) give W = -2/5, so Q = 2K/|W| = 5/4 and
     E = -3/20: bound and clearly not virial.  (Not x 2: that gives Q = 2, E = 0, the unbound

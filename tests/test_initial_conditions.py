@@ -1,4 +1,5 @@
-"""Tests for physics.initial_conditions (Plummer, King, mass functions, Hénon scaling)."""
+"""Tests for physics.initial_conditions (Plummer, King), physics.mass_functions and
+physics.henon_units (Hénon scaling)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,9 @@ import pytest
 from scipy import integrate, optimize, stats
 from scipy.special import gammainc
 
-from physics.initial_conditions import (
-    KROUPA_ALPHAS,
-    KROUPA_BREAKS,
-    king,
-    plummer,
-    plummer_scale_radius,
-    sample_masses,
-    scale_to_henon_units,
-    shell_energies,
-    shell_potential,
-    solve_king,
-)
+from physics.henon_units import scale_to_henon_units, shell_energies, shell_potential
+from physics.initial_conditions import king, plummer, plummer_scale_radius, solve_king
+from physics.mass_functions import KROUPA_ALPHAS, KROUPA_BREAKS, sample_masses
 
 A_PL = 3.0 * math.pi / 16.0
 LAGRANGE_TABLE = {0.001: 0.0592, 0.01: 0.1300, 0.1: 0.3087, 0.5: 0.7686, 0.9: 2.184}

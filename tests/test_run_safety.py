@@ -480,7 +480,7 @@ def test_initial_file_is_relative_to_the_parameter_file(tmp_path, monkeypatch):
 def test_initial_conditions_not_in_henon_units_are_rescaled_with_a_note(tmp_path, caplog):
     from cmc.config import load_config
     from cmc.initial import build_initial_stars
-    from physics.initial_conditions import shell_energies
+    from physics.henon_units import shell_energies
 
     def heavy(fh):
         fh["stars/m"][...] = fh["stars/m"][...] * 500.0
