@@ -17,6 +17,14 @@ The encounter engine the CMC paper runs through Fewbody, built from three parts:
   done when top-level objects are unbound and receding, tidally isolated and every hierarchy is
   stable (Mardling & Aarseth 2001).  The outcome names the products with their star ids.
 
+This module holds the set-up, :func:`integrate` and :func:`scatter`, and is the engine's
+interface: it re-exports the names of its parts listed in ``__all__``.  The parts:
+:mod:`physics.fewbody_objects` (the objects, the settings, the initial state),
+:mod:`physics.fewbody_outcome` (the outcome decoded from the hierarchy, shared by both
+integrators), the compiled kernels (:mod:`physics.fewbody_kernels`, the driver, with
+:mod:`physics.fewbody_integrator`, :mod:`physics.fewbody_classify` and
+:mod:`physics.fewbody_kepler`) and :mod:`physics.fewbody_rebound` (IAS15).
+
 Units: G = 1 throughout; masses, lengths and velocities in any units consistent with that (the
 cluster's Hénon units, or Msun, AU and sqrt(G Msun / AU) after conversion).  Internally each
 encounter is scaled to total mass 1 and the widest binary's a = 1, so tolerances mean the same
