@@ -131,7 +131,7 @@ def measure(out: Path, ps: list[int], ns: list[int], steps: int, mpiexec: str,
             timeout: float) -> dict:
     """Every (N, P); OUT.json rewritten after each."""
     from bench.scaling import machine
-    from cmc.sweep import _atomic_write
+    from cmc.sweep_summary import _atomic_write
 
     data = {"machine": machine(), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "steps": steps, "rows": [], "errors": []}

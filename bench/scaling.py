@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from run_bench import _run  # noqa: E402
 
-from cmc.sweep import _atomic_write  # noqa: E402
+from cmc.sweep_summary import _atomic_write  # noqa: E402
 
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- scaling:begin -->", "<!-- scaling:end -->"

@@ -1,6 +1,7 @@
 """Command line: ``cmc run | restart | ic | plot | params | sweep | summary``.
 
-Only this module touches ``MPI.COMM_WORLD``.  Exit codes are those of :mod:`cmc.errors`
+Only this module touches ``MPI.COMM_WORLD`` (through :func:`cmc.launch._world`, which
+``cmc sweep`` shares).  Exit codes are those of :mod:`cmc.errors`
 (README, "Exit codes"): 0 finished, 2 bad input, 3 physics failure, 4 I/O failure,
 75 stopped early but resumable, 1 internal error, 130 interrupted during set-up.
 
@@ -36,44 +37,14 @@ from cmc.errors import (
     is_not_writable,
     not_writable,
 )
+from cmc.launch import _WORLD, _err, _warm_kernels, _world
 from cmc.log import log_file, log_traceback, setup_logging
 
 log = logging.getLogger("cmc.cli")
-_WORLD: list = []
 
 #: seconds a rank that fails alone waits between printing its error line and MPI_Abort, so the
 #: launcher forwards the line before it kills the job
 ABORT_GRACE_S = 0.5
-#: Launcher variables that give the number of tasks it started; one of them above 1 while
-#: MPI sees a single rank means mpi4py is linked to another MPI library than the launcher's.
-_LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
-                       "MPI_LOCALNRANKS")
-
-
-def _world():
-    if not _WORLD:
-        from parallel.comm import get_world_comm
-
-        comm = get_world_comm()
-        _WORLD.append(comm)
-        if comm.Get_size() == 1:
-            _check_launcher(os.environ)
-    return _WORLD[0]
-
-
-def _check_launcher(env) -> None:
-    """Stop when a launcher started several tasks but MPI sees one rank each."""
-    sizes = {k: env.get(k) for k in _LAUNCHER_SIZE_VARS}
-    step = env.get("SLURM_STEP_ID", "")
-    if step.isdigit() and int(step) < 4294967290:  # an srun step, not the batch script
-        sizes["SLURM_STEP_NUM_TASKS"] = env.get("SLURM_STEP_NUM_TASKS")
-    for k, v in sizes.items():
-        if v and v.isdigit() and int(v) > 1:
-            raise InputError(f"the launcher started {v} tasks ({k}) but MPI sees 1 rank in "
-                             "each: mpi4py is built against another MPI library than the "
-                             "launcher's; reinstall it against the site's MPI (module load "
-                             "<mpi>; pip install --no-binary=mpi4py --force-reinstall mpi4py) "
-                             "or use the mpiexec that comes with it")
 
 
 def _set_threads(cfg_threads: int, comm) -> None:
@@ -82,11 +53,6 @@ def _set_threads(cfg_threads: int, comm) -> None:
 
     set_numba_threads(cfg_threads, comm.Get_size())
     keep_freed_memory()
-
-
-def _err(msg: str) -> None:
-    sys.stderr.write(f"cmc: error: {msg}\n")
-    sys.stderr.flush()
 
 
 def _on_root(comm, fn):
@@ -112,33 +78,6 @@ def _on_root(comm, fn):
         exc.collective = True
         raise exc
     return out[1]
-
-
-def _warm_kernels(comm) -> None:
-    """Load the step's numba kernels on rank 0 alone, compiling them where the cache has none
-    (after an install or update, in a new checkout), before the other ranks load them from
-    the cache: ranks that compile the same kernels at once each take the minute.
-
-    Whether anything compiles is numba's to say, not a guess from the cache folder (which
-    holds other checkouts' kernels: numba keys its cache by source path): :mod:`cmc.compiling`
-    logs "compiling kernels" at numba's first compilation, progress every
-    ``PROGRESS_EVERY_S``, and holds a Ctrl-C until the function at hand is compiled.
-    """
-    if comm.Get_rank() == 0:
-        from cmc.compiling import WATCH
-        from cmc.config import Config
-        from cmc.simulation import Simulation
-        from parallel.comm import SerialComm
-
-        kernels, seconds = WATCH.kernels, WATCH.seconds
-        cfg = Config()
-        cfg.initial.n = 200
-        Simulation.create(cfg, SerialComm(), None).step()
-        if WATCH.seconds > seconds:
-            log.info("kernels compiled: %d in %.0f s", WATCH.kernels - kernels,
-                     WATCH.seconds - seconds)
-            WATCH.end_episode()
-    comm.Barrier()
 
 
 def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:

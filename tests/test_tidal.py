@@ -303,7 +303,7 @@ def test_tidal_examples_are_valid():
     from pathlib import Path
 
     from cmc.initial import physical_scale
-    from cmc.sweep import read_sweep
+    from cmc.sweep_file import read_sweep
 
     ex = Path(__file__).resolve().parents[1] / "examples"
     base, _, models = read_sweep(ex / "sweep_tidal.ini")
