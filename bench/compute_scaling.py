@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.scaling_common import fit_scaling, machine, slowest  # noqa: E402
+
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- compute-scaling:begin -->", "<!-- compute-scaling:end -->"
 #: the methods of an mpi4py communicator whose time is not compute (calls of the step and of
@@ -130,7 +132,6 @@ def run_one(n: int, steps: int) -> dict | None:
 def measure(out: Path, ps: list[int], ns: list[int], steps: int, mpiexec: str,
             timeout: float) -> dict:
     """Every (N, P); OUT.json rewritten after each."""
-    from bench.scaling import machine
     from cmc.sweep_summary import _atomic_write
 
     data = {"machine": machine(), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -158,16 +159,8 @@ def measure(out: Path, ps: list[int], ns: list[int], steps: int, mpiexec: str,
     return data
 
 
-def slowest(row: dict, part: str | None = None) -> float:
-    """The slowest rank's compute per step [ms]: of one part, or of the whole step's parts."""
-    if part is None:
-        return max(sum(r["parts_ms"].values()) for r in row["ranks"])
-    return max(r["parts_ms"][part] for r in row["ranks"])
-
-
 def report(path: Path, write_doc: bool = True) -> str:
     """The section of docs/performance.md from a measurement; written between the markers."""
-    from bench.perf_model import fit_scaling
     from cmc.simulation import PARTS
 
     data = json.loads(path.read_text())

@@ -55,6 +55,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.scaling_common import fit_scaling, slowest  # noqa: E402
 from cmc.simulation import OLD_POTENTIAL_LOOKUP_MIN_RANKS  # noqa: E402
 
 #: Network: latency per message [s] and bandwidth per rank [bytes/s] of a typical InfiniBand
@@ -328,21 +329,6 @@ def model(bench: dict, rep: dict[int, dict], t_fixed: float,
     return out
 
 
-def fit_scaling(ps: list[int], us: list[float]) -> tuple[float, float]:
-    """Least-squares fit of measured per-star step costs ``us`` at ``ps`` ranks to
-    ``a / P + b`` (relative residuals, ``a, b >= 0``): ``a`` the work that divides, ``b`` what
-    each rank pays whatever P (repeated passes, shared-memory communication, waits) [us]."""
-    p = np.asarray(ps, dtype=float)
-    y = np.asarray(us, dtype=float)
-    basis = np.column_stack((1.0 / p, np.ones_like(p))) / y[:, None]
-    a, b = np.linalg.lstsq(basis, np.ones_like(y), rcond=None)[0]
-    if b < 0.0:
-        a, b = float(np.sum(y / p) / np.sum(1.0 / p**2)), 0.0
-    if a < 0.0:
-        a, b = 0.0, float(np.mean(y))
-    return float(a), float(b)
-
-
 def calibrated(scaling: dict) -> dict:
     """The model calibrated on a many-core machine's P = 1..Pmax ranks (docs/
     performance_scaling.json, bench/scaling.py): the step cost per star at N is fitted to
@@ -430,8 +416,6 @@ def compute_measured(cs: dict, models: dict) -> dict:
     (:func:`comm_seconds`).  Unlike the 2-rank model it sees what does not divide up to
     P = 16 (fixed per-step work of every rank, passes over all N); it assumes ``b`` does
     not grow beyond.  N = 1e7 uses the largest N measured.  Speedups against its one rank."""
-    from bench.compute_scaling import slowest
-
     out = {}
     for n in models:
         have = sorted({r["N"] for r in cs["rows"]})

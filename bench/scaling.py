@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from run_bench import _run  # noqa: E402
 
+from bench.scaling_common import machine  # noqa: E402
 from cmc.sweep_summary import _atomic_write  # noqa: E402
 
 DOC = ROOT / "docs" / "performance.md"
@@ -41,25 +41,6 @@ BEGIN, END = "<!-- scaling:begin -->", "<!-- scaling:end -->"
 #: Steps per configuration (bench_step times 3 runs of STEPS/3 and keeps the fastest); 2e4 for
 #: a quick look (and the test).
 STEPS = {20_000: 6, 100_000: 15, 1_000_000: 6}
-
-
-def machine() -> dict:
-    """CPU model, logical CPUs, caches (lscpu) of this machine."""
-    info = {"cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version()}
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-        keep = ("Model name", "Thread(s) per core", "Core(s) per socket", "Socket(s)",
-                "L2 cache", "L3 cache", "NUMA node(s)")
-        info["lscpu"] = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in lines)
-                         if k.strip() in keep}
-    except OSError:
-        pass
-    import numba
-    import numpy
-
-    info["numba"], info["numpy"] = numba.__version__, numpy.__version__
-    return info
 
 
 def _save(path: Path, data: dict) -> None:

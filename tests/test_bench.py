@@ -407,7 +407,8 @@ def test_compute_scaling_report(tmp_path):
     beside the one-rank figure over P (the a / P + b fit is perf_model.fit_scaling's)."""
     import json
 
-    from bench.compute_scaling import report, slowest
+    from bench.compute_scaling import report
+    from bench.scaling_common import slowest
     parts = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
              "diagnostics", "wait")
 
