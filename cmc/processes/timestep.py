@@ -1,0 +1,155 @@
+"""The shared time step (the paper's sec. 2.1 and 3.1): the smallest relaxation time of the
+radial windows, the binaries' encounter time scales, the growth limit and the tidal mass-loss
+limit."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cmc.diagnostics import CENTRAL_STARS, central_means, structure_sums
+from cmc.processes.base import Process, StepWork
+from cmc.state import StopRun
+from parallel.comm import allgatherv_array, ranked_sum
+from parallel.decomposition import MIN_CHUNK, rank_bounds
+from physics import encounters as enc
+from physics.binaries import binary_binary_timescale, binary_single_timescale
+from physics.relaxation import (
+    block_moments,
+    window_boundary_counts,
+    window_boundary_rows,
+    window_min_inside,
+    window_min_straddling,
+    window_relaxation_times,
+)
+from physics.tidal import tidal_mass_loss_timestep
+
+if TYPE_CHECKING:
+    from cmc.simulation import Simulation
+
+
+class TimeStep(Process):
+    """dt = (2 theta_max / pi)^2 min T_rel over ``run.dt_window``-star windows, at most
+    ``binaries.dt_fraction_bs`` T_bs and ``dt_fraction_bb`` T_bb (paper eqs 9-10), at most
+    ``run.dt_growth_max`` times the last, and short enough for the tidal mass loss
+    (``tidal.dm_fraction_max``)."""
+
+    name = "time step"
+    timer = "timestep"
+    reads = "radii, masses, speeds; the central binaries; the last step's dt and stripped mass"
+    changes = "work.dt, coulomb_ratio, t_bs, t_bb, binary_limited"
+    draws = ""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(sim)
+        #: ((N, window width in blocks), every rank's row count of the time step's gather)
+        self._window_rows: tuple = (None, None)
+
+    def run(self, work: StepWork) -> None:
+        sim = self.sim
+        cfg = sim.cfg.run
+        st = sim.state
+        if cfg.coulomb_n == "current":
+            lnl = math.log(st.gamma * sim.n_total) if st.gamma * sim.n_total > 1 else 1e-300
+            coulomb_ratio = max(lnl, 1e-300) / st.lnl0
+        else:  # ln(gamma N0) throughout, as CMC
+            coulomb_ratio = 1.0
+        tmin = self.window_min(coulomb_ratio)
+        dt = (2.0 * cfg.theta_max / math.pi) ** 2 * tmin
+        t_bs = t_bb = math.inf
+        binary_limited = False  # the binary time scales, not relaxation, set the step
+        if sim.stars.has_binary_fields:
+            t_bs, t_bb = self.binary_timescales()
+            to_rel = st.lnl0 / st.n0  # N-body time -> relaxation units
+            b = sim.cfg.binaries
+            dt_bin = min(b.dt_fraction_bs * t_bs * to_rel, b.dt_fraction_bb * t_bb * to_rel)
+            binary_limited = dt_bin < dt
+            dt = min(dt, dt_bin)
+        if st.dt_prev > 0.0:
+            dt = min(dt, cfg.dt_growth_max * st.dt_prev)
+        dt = tidal_mass_loss_timestep(dt, st.dt_prev, st.dm_tidal_prev, st.m0,
+                                      sim.cfg.tidal.dm_fraction_max)
+        if not math.isfinite(dt) or dt <= 0.0:
+            raise StopRun("time step is not finite (too few stars?)")
+        work.dt, work.coulomb_ratio = dt, coulomb_ratio
+        work.t_bs, work.t_bb, work.binary_limited = t_bs, t_bb, binary_limited
+
+    def window_min(self, coulomb_ratio: float) -> float:
+        """The smallest relaxation time of the time-step windows (``run.dt_window`` stars),
+        the same bits on every rank and in the serial emulation (collective).
+
+        The windows are fixed in the global block order.  Under MPI each rank evaluates those
+        in its own blocks and sends their minimum with the moments of its blocks in windows
+        that straddle a rank boundary (:func:`physics.relaxation.window_boundary_rows`), so
+        one gather of O(P) rows replaces gathering every block's moments (1.6 bytes per star)
+        and every rank evaluating all N/20 windows.  Each window gets the same operations as
+        in :func:`physics.relaxation.window_relaxation_times` and a minimum is exact.
+        """
+        sim = self.sim
+        stars = sim.stars
+        n0 = float(sim.state.n0)
+        width = sim.cfg.run.dt_window // MIN_CHUNK
+        moments = block_moments(stars.m, stars.vr, stars.vt, n0)
+        if sim.size == 1:
+            tb = window_relaxation_times(sim.r_all, moments, n0, coulomb_ratio, width)
+            return float(tb.min()) if tb.size else np.inf
+        block0 = sim.offset // MIN_CHUNK
+        nb_total = (sim.n_total + MIN_CHUNK - 1) // MIN_CHUNK
+        inside = window_min_inside(sim.r_all, moments, block0, nb_total, n0, coulomb_ratio,
+                                   width)
+        rows = np.vstack((np.array([[-1.0, inside, 0.0, 0.0, 0.0]]),
+                          window_boundary_rows(moments, block0, nb_total, width)))
+        # every rank's row count follows from the layout: one message, no sizes exchanged
+        # (the counts kept while N stays: computing them costs what the message did)
+        if self._window_rows[0] != (sim.n_total, width):
+            starts = rank_bounds(sim.n_total, sim.size)
+            blocks = (np.diff(starts) + MIN_CHUNK - 1) // MIN_CHUNK
+            self._window_rows = ((sim.n_total, width), 1 + window_boundary_counts(
+                starts[:-1] // MIN_CHUNK, blocks, nb_total, width))
+        rows = allgatherv_array(sim.comm, rows, rows=self._window_rows[1])
+        mins = rows[rows[:, 0] < 0.0, 1]
+        edge = np.ascontiguousarray(rows[rows[:, 0] >= 0.0])
+        return float(np.min(np.append(mins, window_min_straddling(
+            sim.r_all, edge, n0, coulomb_ratio, width))))
+
+    def binary_timescales(self) -> tuple[float, float]:
+        """T_bs and T_bb (paper eqs 10 and 9, N-body time), as CMC-COSMIC's get_Tbs and
+        get_Tbb compute them (collective).
+
+        The densities and ``<a>``, ``<a^2>``, ``<M a>`` are those of the central 300 objects;
+        T_bs's dispersion and mean mass are the density-weighted ``v_rms / sqrt(3)`` and
+        ``<m>`` of the objects inside r_h (CMC's central.v_rms and central.m_ave, the sums of
+        the last diagnostics: the stars have not moved since), T_bb's dispersion the rms
+        speed of the central binaries over sqrt(3) (its central.v_bin_rms).  Per-block sums
+        of the central blocks are gathered in block order and added in that order, so every
+        rank (and the serial emulation) gets the same bits.
+        """
+        sim = self.sim
+        n_central_blocks = (CENTRAL_STARS + MIN_CHUNK - 1) // MIN_CHUNK
+        first_block = sim.offset // MIN_CHUNK
+        s = sim.stars
+        local = enc.central_block_sums(s.m, s.vr, s.vt, s.binind >= 0, s.bin_a,
+                                       max(0, min(n_central_blocks - first_block,
+                                                  (s.n + MIN_CHUNK - 1) // MIN_CHUNK)))
+        sums = allgatherv_array(sim.comm, local)
+        tot = np.zeros(sums.shape[1]) if sums.size else np.zeros(8)
+        for row in sums:  # block order, whatever the ranks
+            tot += row
+        n_s, n_b, _, a_sum, a2_sum, mb_sum, ma_sum, v2_bin = tot
+        if sim.central_means is None:  # (first step, or after a restart) the same sums as
+            # the diagnostics make, so the same bits
+            sim.central_means = central_means(ranked_sum(sim.comm, structure_sums(sim)))
+        n_c = int(n_s + n_b)
+        if n_b == 0 or n_c < 2:
+            return math.inf, math.inf
+        vol = 4.0 / 3.0 * math.pi * float(sim.r_all[n_c - 1]) ** 3
+        m_ave, v2_ave = sim.central_means
+        b = sim.cfg.binaries
+        t_bs = binary_single_timescale(n_s / vol, math.sqrt(v2_ave / 3.0), a_sum / n_b,
+                                       a2_sum / n_b, m_ave, b.x_bs)
+        t_bb = binary_binary_timescale(n_b / vol, math.sqrt(v2_bin / (3.0 * n_b)),
+                                       a2_sum / n_b, ma_sum / n_b, b.x_bb)
+        return t_bs, t_bb
+

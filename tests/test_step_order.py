@@ -1,0 +1,71 @@
+"""The step's processes (cmc/step.py): their order is the one docs/architecture.md gives, and
+only the processes that say they draw random numbers touch the blocks' streams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cmc.config import load_config
+from cmc.processes.base import Process
+from cmc.simulation import Simulation
+from cmc.state import PARTS
+from cmc.step import step_order
+from parallel.comm import SerialComm
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+def _doc_table() -> list[list[str]]:
+    """Rows of the table under "## The step" in docs/architecture.md: (#, process class,
+    module, timer, draws)."""
+    text = DOC.read_text()
+    section = text.split("## The step", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("|")]
+    return [r for r in rows[2:] if r and r[0].isdigit()]  # past the header and its rule
+
+
+def test_step_order_is_the_documented_one():
+    rows = _doc_table()
+    order = step_order()
+    assert [r[1] for r in rows] == [p.__name__ for p in order], \
+        "docs/architecture.md's step table and cmc.step.step_order() differ"
+    for row, p in zip(rows, order, strict=True):
+        assert row[2] == p.__module__, (p.__name__, row[2])
+        assert row[3] == p.timer, (p.__name__, row[3])
+        assert (row[4] != "none") == bool(p.draws), (p.__name__, row[4], p.draws)
+    for p in order:
+        assert issubclass(p, Process) and p.name and p.reads and p.changes
+        assert p.timer in PARTS, p
+
+
+def test_only_the_processes_that_draw_touch_the_streams():
+    """Each process's change of the blocks' generator states over a few steps of a run with
+    binaries and three-body binaries (encounters happen): none for the processes that declare
+    no draws, and some for relaxation, the binary events and the orbits."""
+    cfg = load_config(None, ["initial.n=2000", "initial.seed=5", "initial.binary_fraction=0.1",
+                             "binaries.three_body=all", "run.n_core_stop=0"])
+    sim = Simulation.create(cfg, SerialComm())
+    drew: dict[str, int] = {}
+
+    def watch(process) -> None:
+        run, name = process.run, type(process).__name__
+
+        def watched(work) -> None:
+            before = work.states.copy()
+            run(work)
+            drew[name] = drew.get(name, 0) + int(not np.array_equal(before, work.states))
+
+        process.run = watched
+
+    for process in sim.step.processes:
+        watch(process)
+    events = 0
+    for _ in range(12):
+        d = sim.step()
+        events += d["n_binary_single"] + d["n_binary_binary"]
+    assert events > 0  # (the binary events drew)
+    declared = {p.__name__: bool(p.draws) for p in step_order()}
+    assert {k for k, v in drew.items() if v} == {k for k, v in declared.items() if v}, drew
