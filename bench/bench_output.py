@@ -24,7 +24,8 @@ import numpy as np  # noqa: E402
 
 from cmc import io as cio  # noqa: E402
 from cmc.config import Config  # noqa: E402
-from cmc.simulation import DIAG_MEANINGS, DIAG_UNITS, Simulation  # noqa: E402
+from cmc.diagnostics import DIAG_MEANINGS, DIAG_UNITS  # noqa: E402
+from cmc.simulation import Simulation  # noqa: E402
 from parallel.comm import SerialComm  # noqa: E402
 
 ROWS_PER_FLUSH = 50
@@ -58,7 +59,7 @@ def main() -> None:
             sim.outdir = Path(tmp) / f"run_{history}"
             sim.outdir.mkdir()
             sim.n_rows = history  # the checkpoint records only this count
-            sim._diag = _NoDiagnostics()  # measured above; here the checkpoint alone
+            sim.output.diag = _NoDiagnostics()  # measured above; here the checkpoint alone
             t0 = time.perf_counter()
             for _ in range(3):
                 sim.write_checkpoint()

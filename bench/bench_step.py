@@ -73,7 +73,8 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     import numba
 
     from cmc.config import load_config
-    from cmc.simulation import PARTS, Simulation
+    from cmc.simulation import Simulation
+    from cmc.state import PARTS
     from parallel.comm import CountingComm, get_world_comm
     from parallel.memory import keep_freed_memory
 

@@ -2,7 +2,7 @@
 
 ``mpiexec -n P python bench/compute_scaling.py one N STEPS`` runs a Plummer model of N stars
 on P ranks and prints one line ``COMPUTE {json}`` (rank 0): per rank and part of the step
-(:data:`cmc.simulation.PARTS`), the CPU time of the rank's thread per step with the time
+(:data:`cmc.state.PARTS`), the CPU time of the rank's thread per step with the time
 inside MPI calls taken out (the step's communicator, the orbit kernel's and the node
 communicator of the shared arrays are wrapped: a collective's waiting, busy or not, and its
 copying are not compute).  The ranks may outnumber the cores: a rank waiting for a core is
@@ -92,7 +92,9 @@ def run_one(n: int, steps: int) -> dict | None:
     import numba
 
     import cmc.simulation as simulation
+    import cmc.step as step_module
     from cmc.config import load_config
+    from cmc.state import PARTS
     from parallel.comm import get_world_comm
     from parallel.memory import keep_freed_memory
 
@@ -110,17 +112,17 @@ def run_one(n: int, steps: int) -> dict | None:
             holder.comm = clock.wrap(holder.comm)
     if getattr(sim, "replicas", None) is not None:
         sim.replicas.node = clock.wrap(sim.replicas.node)
-    saved = simulation.time
-    simulation.time = _TimeWith(clock)
+    saved = step_module.time  # (the step's timers read the clock there)
+    step_module.time = _TimeWith(clock)
     try:
-        sim.timers = dict.fromkeys(simulation.PARTS, 0.0)
+        sim.timers = dict.fromkeys(PARTS, 0.0)
         c0, m0 = clock(), clock.in_comm
         for _ in range(steps):
             sim.step()
         total, in_comm = clock() - c0, clock.in_comm - m0
     finally:
-        simulation.time = saved
-    mine = {"parts_ms": {p: sim.timers[p] / steps * 1e3 for p in simulation.PARTS},
+        step_module.time = saved
+    mine = {"parts_ms": {p: sim.timers[p] / steps * 1e3 for p in PARTS},
             "compute_ms": total / steps * 1e3, "comm_ms": in_comm / steps * 1e3}
     everyone = comm.gather(mine, root=0)
     if comm.Get_rank() != 0:
@@ -161,7 +163,7 @@ def measure(out: Path, ps: list[int], ns: list[int], steps: int, mpiexec: str,
 
 def report(path: Path, write_doc: bool = True) -> str:
     """The section of docs/performance.md from a measurement; written between the markers."""
-    from cmc.simulation import PARTS
+    from cmc.state import PARTS
 
     data = json.loads(path.read_text())
     m = data["machine"]

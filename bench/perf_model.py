@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.scaling_common import fit_scaling, slowest  # noqa: E402
-from cmc.simulation import OLD_POTENTIAL_LOOKUP_MIN_RANKS  # noqa: E402
+from cmc.processes.energy import OLD_POTENTIAL_LOOKUP_MIN_RANKS  # noqa: E402
 
 #: Network: latency per message [s] and bandwidth per rank [bytes/s] of a typical InfiniBand
 #: cluster (EDR/HDR: 1-2 microseconds, 12-25 GB/s); EDR's figures, the lower bandwidth.

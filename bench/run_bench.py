@@ -306,7 +306,7 @@ def run_split(timing: dict | None) -> str:
     runs kept one."""
     if not timing or not timing.get("steps"):
         return ""
-    from cmc.simulation import timing_split
+    from cmc.runloop import timing_split
 
     return (" (in the run, ms per step: " + timing_split(timing)
             + (f"; start-up {timing['startup_s']:.1f} s" if "startup_s" in timing else "")

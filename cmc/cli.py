@@ -191,7 +191,7 @@ def cmd_run(args) -> int:
     except ConfigError as exc:
         exc.collective = True
         raise
-    from cmc.simulation import check_orbit_backend
+    from cmc.processes.orbits import check_orbit_backend
 
     check_orbit_backend(cfg.run.orbit_backend, comm)  # before anything is written
     outdir = Path(args.output or Path("runs") / Path(args.config).stem)

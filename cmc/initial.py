@@ -14,7 +14,7 @@ from physics.initial_conditions import king, plummer, sample_masses
 
 def initial_generator(seed: int) -> np.random.Generator:
     """numpy Generator over the lfsr113 stream reserved for initial conditions."""
-    from cmc.simulation import IC_STREAM
+    from cmc.state import IC_STREAM
 
     streams = Streams.create(seed, 1, 1, first_stream=IC_STREAM)
     # the bit generator holds a reference to the state table it draws from
@@ -257,12 +257,12 @@ R_FAR = 1e6
 def check_file_objects(n: int, where: str, gamma: float) -> None:
     """Refuse an initial-conditions file with too few objects for a run.
 
-    A run needs at least :data:`cmc.simulation.MIN_OBJECTS` objects (40, as ``initial.n``
+    A run needs at least :data:`cmc.state.MIN_OBJECTS` objects (40, as ``initial.n``
     for drawn models; below it a run counts as dissolved): with fewer the time step comes
     from one or two 20-star windows and is absurd (a bound 20-star file made one step of
     5e4 t_rh0), and the Coulomb logarithm ln(gamma N0) of the clock can be zero or negative.
     """
-    from cmc.simulation import MIN_OBJECTS
+    from cmc.state import MIN_OBJECTS
 
     if n < MIN_OBJECTS:
         raise InputError(f"{where}: {n} object(s); a run needs at least {MIN_OBJECTS} (as "

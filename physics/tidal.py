@@ -60,7 +60,7 @@ def shell_potential(r_s: np.ndarray, m_s: np.ndarray, x: np.ndarray) -> np.ndarr
 
     The step loop takes the stripped stars' field out of the potential the others moved in, so
     that the energy correction treats them as removed at the start of the step (exactly as
-    unbound stars are); see :meth:`cmc.simulation.Simulation._strip`.
+    unbound stars are); see :func:`cmc.processes.tidal.strip`.
     """
     x = np.asarray(x, dtype=float)
     if r_s.size == 0:

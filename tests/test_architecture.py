@@ -11,16 +11,12 @@ name`` one of ``pkg.mod``, and a bare ``import run_bench`` in ``bench/`` (its sc
 
 The rules (issue 47, docs/architecture.md):
 
-* no import cycle among these modules (:data:`KNOWN_CYCLES`: those being removed now);
+* no import cycle among these modules;
 * ``bench/`` imports the package, never the reverse;
 * ``physics/`` (numerical kernels: no MPI, no files) imports neither ``mpi4py``, ``h5py`` nor
   ``cmc``, and from ``parallel`` only the modules of :data:`PHYSICS_USES_FROM_PARALLEL`, which
   neither communicate nor touch files;
-* no file of ``cmc/``, ``physics/``, ``parallel/`` over :data:`MAX_LINES` lines
-  (:data:`STILL_OVER_LIMIT`: those being split now).
-
-The two lists of exceptions only shrink: an entry whose file or cycle is fixed fails the test
-until it is deleted.
+* no file of ``cmc/``, ``physics/``, ``parallel/`` over :data:`MAX_LINES` lines.
 """
 
 from __future__ import annotations
@@ -36,21 +32,6 @@ PACKAGES = ("cmc", "physics", "parallel", "bench")
 #: Folders whose files must be at most :data:`MAX_LINES` lines long.
 LIMITED = ("cmc", "physics", "parallel")
 MAX_LINES = 800
-
-#: Files over :data:`MAX_LINES` lines allowed while they are being split (issue 47).  The
-#: test fails for a listed file that is no longer over: delete its entry then.
-STILL_OVER_LIMIT = {
-    "cmc/simulation.py": "Simulation split into the step's processes, the run loop and "
-                         "cmc/output (issue 47, another engineer)",
-}
-
-#: Import cycles allowed while they are being removed (issue 47), each as the set of its
-#: modules (a strongly connected component of the graph, exactly).  The test fails for a
-#: listed cycle that is gone: delete its entry then.
-KNOWN_CYCLES = {
-    frozenset({"cmc.initial", "cmc.simulation"}):
-        "cmc/simulation.py is being rewritten (issue 47, another engineer)",
-}
 
 #: Third-party packages that physics/ must not import (no MPI, no files).
 PHYSICS_FORBIDDEN = ("mpi4py", "h5py")
@@ -251,21 +232,10 @@ def test_the_graph_sees_imports_of_every_kind():
 
 
 def test_no_import_cycles():
-    """No strongly connected component of more than one module, other than those of
-    :data:`KNOWN_CYCLES` (self-imports ignored)."""
-    new = [c for c in _cycles() if frozenset(c) not in KNOWN_CYCLES]
+    """No strongly connected component of more than one module (self-imports ignored)."""
+    new = _cycles()
     assert not new, ("import cycles (move the shared piece to a lower module, or pass a "
                      "function in):\n" + "\n".join(_describe(c) for c in new))
-
-
-def test_known_cycles_are_still_there():
-    """:data:`KNOWN_CYCLES` only shrinks: a listed cycle that is gone must be deleted."""
-    now = {frozenset(c) for c in _cycles()}
-    gone = [sorted(c) for c in KNOWN_CYCLES if c not in now]
-    assert not gone, ("no longer import cycles, delete them from KNOWN_CYCLES in "
-                      "tests/test_architecture.py: "
-                      + "; ".join(" <-> ".join(_path_of(m) if m in _modules() else m
-                                               for m in c) for c in gone))
 
 
 def test_bench_is_on_top():
@@ -315,19 +285,8 @@ def _line_counts() -> dict[str, int]:
 
 
 def test_files_are_at_most_800_lines():
-    """No file of cmc/, physics/, parallel/ over MAX_LINES lines, but those of
-    :data:`STILL_OVER_LIMIT`."""
-    over = {p: n for p, n in _line_counts().items() if n > MAX_LINES}
-    new = sorted(f"{p} ({n} lines)" for p, n in over.items() if p not in STILL_OVER_LIMIT)
+    """No file of cmc/, physics/, parallel/ over MAX_LINES lines."""
+    new = sorted(f"{p} ({n} lines)" for p, n in _line_counts().items() if n > MAX_LINES)
     assert not new, f"files over {MAX_LINES} lines (split them along their seams): " \
                     + ", ".join(new)
 
-
-def test_files_still_over_the_limit_are_still_over():
-    """:data:`STILL_OVER_LIMIT` only shrinks: a listed file at or under the limit (or gone)
-    must be deleted from it."""
-    counts = _line_counts()
-    done = sorted(f"{p} ({counts[p]} lines)" if p in counts else f"{p} (gone)"
-                  for p in STILL_OVER_LIMIT if counts.get(p, 0) <= MAX_LINES)
-    assert not done, (f"no longer over {MAX_LINES} lines, delete them from STILL_OVER_LIMIT "
-                      "in tests/test_architecture.py: " + ", ".join(done))

@@ -492,13 +492,14 @@ def test_three_body_rate_of_the_two_heaviest(neighbours):
 
 
 def test_binary_timescales_of_the_central_stars():
-    """Simulation._binary_timescales equals CMC-COSMIC's get_Tbs and get_Tbb (eqs 10 and 9)
+    """TimeStep.binary_timescales equals CMC-COSMIC's get_Tbs and get_Tbb (eqs 10 and 9)
     evaluated directly: densities, <a>, <a^2>, <M a> of the central 300 objects; T_bs with the
     density-weighted v_rms / sqrt(3) and <m> of the objects inside r_h (central.v_rms,
     central.m_ave; Casertano-Hut densities of 5 neighbours), T_bb with the central binaries'
     rms speed / sqrt(3) (central.v_bin_rms).  Issue 45, item 7: the mean binary mass and the
     unweighted dispersion of all 300 gave T_bs up to 2x short."""
     from cmc.config import load_config
+    from cmc.processes.timestep import TimeStep
     from cmc.simulation import Simulation
     from parallel.comm import SerialComm
     from physics.binaries import binary_binary_timescale, binary_single_timescale
@@ -510,7 +511,7 @@ def test_binary_timescales_of_the_central_stars():
     s = sim.stars
     b_all = s.binind >= 0
     s.bin_a[b_all] *= 0.05
-    t_bs, t_bb = sim._binary_timescales()
+    t_bs, t_bb = TimeStep(sim).binary_timescales()
     c = slice(0, 300)
     b = s.binind[c] >= 0
     vol = 4 / 3 * math.pi * s.r[299] ** 3
@@ -623,6 +624,7 @@ def test_a_wide_binary_never_meets_a_hard_one():
     the pair was selected with the wide binary treated as whole and broken afterwards, which
     raised or split a product binary)."""
     from cmc.config import load_config
+    from cmc.processes.relaxation import relax_and_select
     from cmc.simulation import Simulation
     from parallel.comm import SerialComm
 
@@ -635,10 +637,10 @@ def test_a_wide_binary_never_meets_a_hard_one():
     s.vt[:2] = 0.3
     s.vr[0], s.vr[1] = 0.4, -0.4
     dt = 10.0
-    states = np.ascontiguousarray(sim.streams.states[sim._stream_index()])
+    states = np.ascontiguousarray(sim.streams.states[sim.stream_index()])
     nb = states.shape[0]
     p_stats = np.zeros((nb, 3))
-    sel = sim._relax_and_select(states, dt, 1.0, np.zeros((nb, 2)), p_stats)
+    sel = relax_and_select(sim, states, dt, 1.0, np.zeros((nb, 2)), p_stats)
     encounter, _, _, _, _, wide = sel
     assert wide[0] and not wide[1]
     assert not encounter[0]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cmc.config import load_config
-from cmc.simulation import DT_TCROSS_WARN, Simulation
+from cmc.diagnostics import DT_TCROSS_WARN
+from cmc.simulation import Simulation
 from parallel.comm import SerialComm
 from physics.structure import core_properties, core_properties_reference, lagrange_radii
 

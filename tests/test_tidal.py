@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cmc.config import ConfigError, load_config
+from cmc.processes.tidal import strip
 from cmc.simulation import Simulation
 from cmc.units import Units, jacobi_radius_pc
 from parallel.comm import SerialComm
@@ -179,7 +180,7 @@ def test_stripping_iterates_to_a_fixed_point():
     status[-10:] = ORBIT_ESCAPED_TIDAL  # the kernel's cut at R_t0
     args = [sim.r_all[gidx].copy(), sim.stars.vr.copy(), sim.stars.vt.copy(), np.zeros(n),
             np.zeros(n)]
-    sim._strip(gidx, r_apo, status, *args)
+    strip(sim, gidx, r_apo, status, *args)
     stripped = status == ORBIT_ESCAPED_TIDAL
     m_left = float(sim.mcum_all[-1]) - float(np.sum(sim.stars.m[stripped]))
     assert sim.state.r_tidal == pytest.approx(tidal_radius(rt0, m_left, sim.state.m0),
@@ -280,7 +281,7 @@ def test_coulomb_logarithm_n0_by_default_and_n_of_t_as_option():
 
 def test_tidal_parameters_are_fixed_on_restart():
     from cmc.errors import InputError
-    from cmc.simulation import check_restart_overrides
+    from cmc.restart import check_restart_overrides
 
     old = _king("tidal.mode=shrinking")
     new = _king("tidal.mode=shrinking", "tidal.r_gc_kpc=4")

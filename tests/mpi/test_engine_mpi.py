@@ -168,12 +168,12 @@ def test_binary_debts_carried_across_ranks_equal_serial_emulation(world, monkeyp
     leaves the layout as it was); the P-rank run equals its serial emulation bit for bit,
     E_oops does not get the energy and E_tot is conserved.  (The carrying across ranks itself:
     test_take_deficit_carries_event_debts_across_ranks.)"""
-    import cmc.simulation as simulation
+    import cmc.processes.energy as energy_process
     from parallel.decomposition import rank_bounds
 
     p = world.size
     first: list = []
-    settle_debts = simulation.settle_debts
+    settle_debts = energy_process.settle_debts
 
     def settle(debts, kinetic, fraction):
         pay, left = settle_debts(debts, kinetic, fraction)
@@ -181,7 +181,7 @@ def test_binary_debts_carried_across_ranks_equal_serial_emulation(world, monkeyp
             first.append((debts.copy(), pay.copy()))
         return pay, left
 
-    monkeypatch.setattr(simulation, "settle_debts", settle)
+    monkeypatch.setattr(energy_process, "settle_debts", settle)
     bound = int(rank_bounds(2000, p)[1]) if p > 1 else 1000  # rank 0's rows
     row = bound - 15
     sizes = []
@@ -256,6 +256,7 @@ def test_take_deficit_carries_event_debts_across_ranks(world):
     blocks is paid by rank 1's blocks (and further), each giving 0.8 of its kinetic energy by
     one velocity factor; the P-rank result equals the serial emulation's bit for bit and the
     kinetic energy drops by the debt (to rounding)."""
+    from cmc.processes.energy import take_deficit
     from parallel.decomposition import rank_bounds
 
     p = world.size
@@ -263,7 +264,8 @@ def test_take_deficit_carries_event_debts_across_ranks(world):
     last = bound // 20 - 1  # rank 0's last block
 
     def run(sim, amount):
-        sim._take_deficit(np.zeros((sim.stars.n + 19) // 20), np.array([[float(last), amount]]))
+        take_deficit(sim, np.zeros((sim.stars.n + 19) // 20),
+                     np.array([[float(last), amount]]))
         return sim.gather_stars()
 
     sim = Simulation.create(_cfg(0, binaries=0.1), world)
@@ -452,9 +454,9 @@ def test_sweep_dynamic_dispatch_runs_every_model_once(world, rpm):
 
 def test_old_potential_lookup_equals_serial_emulation(world, monkeypatch):
     """With many ranks the energy correction looks up the new potential at its own stars' old
-    radii instead of merging all N (cmc.simulation.OLD_POTENTIAL_LOOKUP_MIN_RANKS, lowered here
+    radii instead of merging all N (cmc.processes.energy.OLD_POTENTIAL_LOOKUP_MIN_RANKS, lowered
     so that 2 and 3 ranks take that path): the run still equals its serial emulation."""
-    import cmc.simulation as cs
+    import cmc.processes.energy as cs
 
     monkeypatch.setattr(cs, "OLD_POTENTIAL_LOOKUP_MIN_RANKS", 2)
     par, _, ser, _ = _run_and_emulation(world, 30, binaries=0.1)
@@ -520,7 +522,7 @@ def test_write_failure_on_rank_0_ends_every_rank(world, what, monkeypatch):
 
     if world.rank == 0:
         if what == "diagnostics":
-            monkeypatch.setattr(sim, "_flush_escapers", disk_full)
+            monkeypatch.setattr(sim.escapers, "flush", disk_full)
         else:
             monkeypatch.setattr(cio, f"write_{what}", disk_full)
     outcome = None

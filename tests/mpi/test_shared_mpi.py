@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from cmc.config import load_config
-from cmc.simulation import POTENTIAL_STAGES, Simulation
+from cmc.replicated import POTENTIAL_STAGES
+from cmc.simulation import Simulation
 from parallel.comm import allgatherv_array
 from parallel.decomposition import rank_bounds
 from parallel.shared import NodeReplicas, PotentialStages
