@@ -47,18 +47,13 @@ STEP_ORDER: tuple[type[Process], ...] = (
     TidalStripping, Departures, Sort, EnergyCorrection, Accounting)
 
 
-def step_order() -> tuple[type[Process], ...]:
-    """The processes of a step in their order, :data:`STEP_ORDER`."""
-    return STEP_ORDER
-
-
 class Step:
     """The step of a run: its processes (one instance each, which may keep state between
-    steps, never between runs: none of it is in a checkpoint) in :func:`step_order`."""
+    steps, never between runs: none of it is in a checkpoint) in :data:`STEP_ORDER`."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        self.processes = [p(sim) for p in step_order()]
+        self.processes = [p(sim) for p in STEP_ORDER]
 
     def __call__(self) -> dict:
         """Advance the run by one shared time step; returns the step's diagnostics row."""

@@ -11,7 +11,7 @@ from cmc.config import load_config
 from cmc.processes.base import Process
 from cmc.simulation import Simulation
 from cmc.state import PARTS
-from cmc.step import step_order
+from cmc.step import STEP_ORDER
 from parallel.comm import SerialComm
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -29,9 +29,9 @@ def _doc_table() -> list[list[str]]:
 
 def test_step_order_is_the_documented_one():
     rows = _doc_table()
-    order = step_order()
+    order = STEP_ORDER
     assert [r[1] for r in rows] == [p.__name__ for p in order], \
-        "docs/architecture.md's step table and cmc.step.step_order() differ"
+        "docs/architecture.md's step table and cmc.step.STEP_ORDER differ"
     for row, p in zip(rows, order, strict=True):
         assert row[2] == p.__module__, (p.__name__, row[2])
         assert row[3] == p.timer, (p.__name__, row[3])
@@ -67,5 +67,5 @@ def test_only_the_processes_that_draw_touch_the_streams():
         d = sim.step()
         events += d["n_binary_single"] + d["n_binary_binary"]
     assert events > 0  # (the binary events drew)
-    declared = {p.__name__: bool(p.draws) for p in step_order()}
+    declared = {p.__name__: bool(p.draws) for p in STEP_ORDER}
     assert {k for k, v in drew.items() if v} == {k for k, v in declared.items() if v}, drew

@@ -7,6 +7,7 @@ and checkpoints are verified before use (:mod:`cmc.io`).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import asdict
@@ -187,8 +188,6 @@ class RunOutput:
         """Close diagnostics.h5 (with the stop reason, the restart overrides and the run's
         timing as attributes) and escapers.h5 (collective)."""
         sim = self.sim
-        import json
-
         def close() -> None:
             if self.diag is not None:
                 self.diag.close({"stop_reason": reason, "overrides": sim.state.overrides,

@@ -1,1 +1,1 @@
-"""The processes of the step, one module each (the order: :func:`cmc.step.step_order`)."""
+"""The processes of the step, one module each (the order: :data:`cmc.step.STEP_ORDER`)."""

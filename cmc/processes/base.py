@@ -69,8 +69,6 @@ class StepWork:
     #: the radii before the sort (global order) and the ranks' rows of them
     r_old_all: np.ndarray | None = None
     old_bounds: np.ndarray | None = None
-    #: the energy correction's per-block deficits
-    deficit: np.ndarray | None = None
     #: the step's diagnostics row
     row: dict = field(default_factory=dict)
 

@@ -73,7 +73,6 @@ class EnergyCorrection(Process):
         d_total = float(allreduce_sum(sim.comm, np.array([deficit.sum()]))[0])
         if d_total > 0.0 or work.event_debts.shape[0]:  # (every rank holds the same debts)
             take_deficit(sim, deficit, work.event_debts)
-        work.deficit = deficit
 
 
 def take_deficit(sim: Simulation, deficit: np.ndarray, event_debts: np.ndarray | None = None
