@@ -14,6 +14,13 @@ other stars (at most :data:`physics.energy.TAKE_FRACTION` of their kinetic energ
 the block's debt).  The geometry helpers orient an encounter's outcome in the frame of the pair
 (:func:`pair_velocities`, :func:`incoming_direction`, :func:`rotation_onto`).
 
+With stellar evolution on, the records carry each star's BSE state
+(:mod:`physics.stellar_evolution`: ``se_<q>`` for a single star, ``bin_se_<q>_<j>`` for member
+``j`` of a binary, and the object's ``se_tphys`` / ``se_t_next``): every product takes its
+members' state with it (:func:`_members`, :func:`_single_record`, :func:`_binary_record`), a
+merger's comes from :attr:`BinaryPhysics.merge_stars`, and every product the encounters wrote
+is due for stellar evolution (``se_t_next = -1``), which runs after them in the same step.
+
 Units: Hénon (G = 1, M0 = 1); no MPI, no files.
 """
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +42,7 @@ from physics.binaries import (
     three_body_hardness,
 )
 from physics.energy import TAKE_FRACTION
+from physics.stellar_evolution import MEMBER_QUANTITIES, member_field, single_field
 
 log = logging.getLogger("cmc.encounters")
 
@@ -44,6 +53,12 @@ NEW_BINARY_ID_BASE = 1 << 50
 DRAWS_THREE_BODY = 7
 #: BSE stellar type of a black hole (for ``three_body = bh``).
 BLACK_HOLE = 14
+#: BSE stellar type of a massless remnant: what a merger BSE destroys becomes (see
+#: :attr:`BinaryPhysics.merge_stars`).
+MASSLESS_REMNANT = 15
+#: ``se_t_next`` of a product of the binary processes: due at once (the stellar-evolution
+#: process, after the encounters in the same step, evolves it and sets its next time).
+SE_DUE = -1.0
 #: Default neighbours on each side for the local density of a triplet
 #: (``binaries.three_body_neighbours``; CMC-COSMIC's BH_AVEKERNEL, 10 by default, not the
 #: relaxation's 20: in a core of a few stars the wider window dilutes n, and the rate goes as
@@ -88,6 +103,16 @@ class BinaryPhysics:
         physical scale): point masses, no mergers.
     settings : EncounterSettings
         Few-body integrator settings.
+    merge_stars : callable or None
+        The merge rule of stellar evolution (needed only when the records carry BSE state):
+        ``merge_stars(parts) -> product``, ``parts`` the two merging stars' member dicts
+        (``m`` [Hénon], ``m_msun``, ``rad``, ``startype``, every quantity of
+        :data:`physics.stellar_evolution.MEMBER_QUANTITIES` by its bare name, ``se_tphys``),
+        ``product`` the merged star's (``m_msun``, ``rad``, ``startype``, the quantities,
+        ``se_tphys``; its ``m`` is ignored), or None when BSE destroys it (it becomes a
+        massless remnant, :data:`MASSLESS_REMNANT`, that stellar evolution removes).  The
+        dynamics keep the Hénon mass (the sum of the parts'); stellar evolution later sets it
+        from ``m_msun``.  A merger of three stars is merged pairwise in id order.
     """
 
     binary_single: bool = True
@@ -102,6 +127,7 @@ class BinaryPhysics:
     wide_hardness_min: float = 0.0
     radius_unit: float = 0.0
     settings: fewbody.EncounterSettings = fewbody.EncounterSettings()
+    merge_stars: Callable[[list[dict]], dict | None] | None = None
 
 
 # ------------------------------------------------------------------------ geometry helpers
@@ -287,14 +313,25 @@ def _shell_energy_change(r_all: np.ndarray, phi_all: np.ndarray,
 
 
 def _members(rec: dict) -> dict[int, dict]:
-    """Member stars of a row: id -> {m, m_msun, rad, startype}."""
+    """Member stars of a row: id -> {m, m_msun, rad, startype}, and with BSE state (records
+    with ``se_tphys``) every quantity of MEMBER_QUANTITIES by its bare name and the object's
+    ``se_tphys`` (a binary's members share it)."""
     if rec.get("binind", -1) >= 0:
-        return {int(rec["bin_id1"]): {"m": rec["bin_m1"], "m_msun": rec["bin_m1_msun"],
-                                      "rad": rec["bin_rad1"], "startype": rec["bin_startype1"]},
-                int(rec["bin_id2"]): {"m": rec["bin_m2"], "m_msun": rec["bin_m2_msun"],
-                                      "rad": rec["bin_rad2"], "startype": rec["bin_startype2"]}}
-    return {int(rec["id"]): {"m": rec["m"], "m_msun": rec["m_msun"], "rad": rec["rad"],
-                             "startype": rec["startype"]}}
+        out = {int(rec["bin_id1"]): {"m": rec["bin_m1"], "m_msun": rec["bin_m1_msun"],
+                                     "rad": rec["bin_rad1"], "startype": rec["bin_startype1"]},
+               int(rec["bin_id2"]): {"m": rec["bin_m2"], "m_msun": rec["bin_m2_msun"],
+                                     "rad": rec["bin_rad2"], "startype": rec["bin_startype2"]}}
+        if "se_tphys" in rec:
+            for j, mem in enumerate(out.values(), start=1):
+                mem.update({q: rec[member_field(q, j)] for q in MEMBER_QUANTITIES})
+                mem["se_tphys"] = rec["se_tphys"]
+        return out
+    mem = {"m": rec["m"], "m_msun": rec["m_msun"], "rad": rec["rad"],
+           "startype": rec["startype"]}
+    if "se_tphys" in rec:
+        mem.update({q: rec[single_field(q)] for q in MEMBER_QUANTITIES})
+        mem["se_tphys"] = rec["se_tphys"]
+    return {int(rec["id"]): mem}
 
 
 def _object(rec: dict, radius_unit: float) -> fewbody.StarObject:
@@ -307,33 +344,91 @@ def _object(rec: dict, radius_unit: float) -> fewbody.StarObject:
     return fewbody.single(int(rec["id"]), float(rec["m"]), float(rec["rad"]) * radius_unit)
 
 
-def _leaf(q: fewbody.Product, members: dict[int, dict], radius_unit: float) -> int:
+def _leaf(q: fewbody.Product, members: dict[int, dict], radius_unit: float,
+          merge_stars: Callable[[list[dict]], dict | None] | None = None) -> int:
     """Star id of a single body of the outcome; a merger product becomes a new member under
-    its smallest id (mass and Msun mass summed, radius from the integrator, the largest
-    stellar type: stellar evolution will decide)."""
+    its smallest id: mass summed; without BSE state the Msun mass summed, the radius from the
+    integrator and the largest stellar type (stellar evolution will decide); with it, the
+    star ``merge_stars`` makes of the parts (:func:`_merged`)."""
     if len(q.ids) == 1:
         return q.ids[0]
     parts = [members[i] for i in q.ids]
     sid = min(q.ids)
+    if "se_tphys" in parts[0]:
+        members[sid] = _merged([members[i] for i in sorted(q.ids)], merge_stars)
+        return sid
     members[sid] = {"m": sum(p["m"] for p in parts), "m_msun": sum(p["m_msun"] for p in parts),
                     "rad": q.radius / radius_unit if radius_unit > 0 else 0.0,
                     "startype": max(p["startype"] for p in parts)}
     return sid
 
 
+#: Keys a merge rule's product must have (besides the BSE quantities).
+_MERGED_KEYS = ("m_msun", "rad", "startype", "se_tphys")
+
+
+def _merged(parts: list[dict], merge_stars: Callable[[list[dict]], dict | None] | None
+            ) -> dict:
+    """The member a merger of ``parts`` (member dicts with BSE state, in id order) makes:
+    pairwise in that order through ``merge_stars``; the Hénon mass ``m`` is the sum of the
+    parts' (the integrator conserves it).  A product BSE destroys (``merge_stars`` gives
+    None) is a massless remnant (``startype`` :data:`MASSLESS_REMNANT`, ``m_msun`` and its
+    quantities 0, ``se_tphys`` the parts' latest) carrying the Hénon mass until stellar
+    evolution removes it; merging with such a remnant leaves the other star as it was
+    (its clock too)."""
+    if merge_stars is None:
+        raise ValueError(
+            "a merger in an encounter of stars that carry BSE state (stellar evolution is on) "
+            "needs a merge rule: BinaryPhysics.merge_stars is None")
+    product = parts[0]
+    for other in parts[1:]:
+        pair = [product, other]
+        m = product["m"] + other["m"]
+        gone = [p["startype"] == MASSLESS_REMNANT for p in pair]
+        if gone[0] or gone[1]:  # the other star as it was, its clock too
+            new = dict(pair[1] if gone[0] else pair[0])
+        else:
+            made = merge_stars([dict(product), dict(other)])
+            if made is None:
+                new = {"m_msun": 0.0, "rad": 0.0, "startype": MASSLESS_REMNANT,
+                       **{q: 0.0 for q in MEMBER_QUANTITIES},
+                       "se_tphys": max(product["se_tphys"], other["se_tphys"])}
+            else:
+                missing = [k for k in (*_MERGED_KEYS, *MEMBER_QUANTITIES) if k not in made]
+                if missing:
+                    raise ValueError(f"BinaryPhysics.merge_stars returned no {missing}")
+                new = {k: made[k] for k in (*_MERGED_KEYS, *MEMBER_QUANTITIES)}
+        new["m"] = m
+        product = new
+    return product
+
+
 def _single_record(template: dict, sid: int, mem: dict, v: np.ndarray) -> dict:
+    """A single star ``sid`` (member dict ``mem``) at velocity ``v``, with the other fields of
+    ``template``; the binary fields at their defaults.  With BSE state: the member's state in
+    the single fields, its ``se_tphys``, and due at once (``se_t_next`` = :data:`SE_DUE`)."""
     rec = dict(template)
     rec.update(id=sid, m=mem["m"], m_msun=mem["m_msun"], rad=mem["rad"],
                startype=mem["startype"], binind=-1, vr=float(v[2]),
                vt=math.hypot(float(v[0]), float(v[1])))
     for k in rec:
-        if k.startswith("bin_"):
+        if k.startswith("bin_"):  # bin_se_* included: their default is 0
             rec[k] = -1 if k.startswith("bin_id") else (1 if "startype" in k else 0.0)
+    if "se_tphys" in rec:
+        for q in MEMBER_QUANTITIES:
+            rec[single_field(q)] = mem[q]
+        rec["se_tphys"] = mem["se_tphys"]
+        rec["se_t_next"] = SE_DUE
     return rec
 
 
 def _binary_record(template: dict, id1: int, id2: int, members: dict[int, dict], a: float,
                    e: float, v: np.ndarray, old_ids: dict[tuple[int, int], int]) -> dict:
+    """A binary of members ``id1``, ``id2`` (orbit ``a``, ``e``) at velocity ``v``, with the
+    other fields of ``template``; its id the old binary's of that pair, else a new one.  With
+    BSE state: each member's state in its member fields, the single ones at their defaults
+    (0), ``se_tphys`` the later of the members' (a lagging member is on the main sequence,
+    whose state BSE recomputes from its age) and due at once (``se_t_next`` = SE_DUE)."""
     m1, m2 = members[id1], members[id2]
     rec = dict(template)
     key = (min(id1, id2), max(id1, id2))
@@ -344,6 +439,13 @@ def _binary_record(template: dict, id1: int, id2: int, members: dict[int, dict],
                bin_e=float(e), bin_rad1=m1["rad"], bin_rad2=m2["rad"],
                bin_startype1=m1["startype"], bin_startype2=m2["startype"],
                bin_m1_msun=m1["m_msun"], bin_m2_msun=m2["m_msun"])
+    if "se_tphys" in rec:
+        for q in MEMBER_QUANTITIES:
+            rec[single_field(q)] = 0.0
+            rec[member_field(q, 1)] = m1[q]
+            rec[member_field(q, 2)] = m2[q]
+        rec["se_tphys"] = max(m1["se_tphys"], m2["se_tphys"])
+        rec["se_t_next"] = SE_DUE
     return rec
 
 
@@ -370,8 +472,10 @@ def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: Bi
 
 
 def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spin: float,
-               out: fewbody.Outcome, counts: np.ndarray, radius_unit: float = 0.0) -> None:
-    """Write back the products of the encounter of local rows (i, i + 1)."""
+               out: fewbody.Outcome, counts: np.ndarray, radius_unit: float = 0.0,
+               merge_stars: Callable[[list[dict]], dict | None] | None = None) -> None:
+    """Write back the products of the encounter of local rows (i, i + 1) (``merge_stars``:
+    :attr:`BinaryPhysics.merge_stars`, for mergers of stars with BSE state)."""
     j = i + 1
     ri, rj = blk.row(i), blk.row(j)
     obj1, obj2 = state.objects
@@ -406,13 +510,14 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
             counts[C["n_triples"]] += 1
         for q in parts:
             if q.is_single:
-                sid = _leaf(q, members, radius_unit)
+                sid = _leaf(q, members, radius_unit, merge_stars)
                 new_recs.append(_single_record(ri, sid, members[sid], v))
             else:
                 c1, c2 = q.children
-                new_recs.append(_binary_record(ri, _leaf(c1, members, radius_unit),
-                                               _leaf(c2, members, radius_unit), members, q.a,
-                                               q.e, v, old_ids))
+                new_recs.append(_binary_record(
+                    ri, _leaf(c1, members, radius_unit, merge_stars),
+                    _leaf(c2, members, radius_unit, merge_stars), members, q.a, q.e, v,
+                    old_ids))
     counts[C["n_exchanges"]] += out.exchanges
     # binaries destroyed
     counts[C["n_ionisations"]] += max(0, out.n_binaries_in - out.n_binaries_out)

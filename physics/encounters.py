@@ -239,7 +239,7 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
         c = seg_counts[int(np.searchsorted(bounds, b, side="right")) - 1]
         if kind == 0:
             _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], c,
-                       phys.radius_unit)
+                       phys.radius_unit, phys.merge_stars)
             k_enc += 1
         elif kind == 1:
             _three_body(blk, i, block_stats[b], d, phys, c)
