@@ -9,14 +9,27 @@ or a fixed value equal to ours) is honoured; so is one whose CMC default already
 The time stops: CMC's ``T_MAX`` is in the code's time unit ``t_NB N0 / ln(gamma N0)`` (our
 ``run.t_max_code``) and ``T_MAX_PHYS`` in Gyr (our ``run.t_max_myr``); our own ``run.t_max``
 (in initial half-mass relaxation times) is set out of the way, so that CMC's stops govern.
+
+Stellar evolution (:mod:`cmc.bse_config`): CMC reads its keys case-insensitively and in any
+section, and so does the converter for these: ``STELLAR_EVOLUTION`` is
+``bse.stellar_evolution``, ``PTS1_HIGHMASS_CUTOFF`` ``bse.pts1_highmass_cutoff``, and every
+COSMIC BSE flag its ``bse.<flag>`` (lower case).  CMC's COSMIC numbers ``kickflag`` as COSMIC
+did before 3.5.0: 0, -1, -2, -3 become -1, -2, -3, -4 (:data:`cmc.bse_config.KICKFLAG_FROM_CMC`;
+any other value is not honoured).  CMC's scalar ``alpha1`` and ``acc_lim`` hold for both
+members (2-lists here); its arrays may keep their brackets.  With stellar evolution on, a BSE
+flag the file leaves out gets CMC's C default where that differs from ours
+(:data:`CMC_BSE_DEFAULTS`).  ``BSE_IDUM`` changes nothing: the kicks draw from the run's block
+streams (seeded by ``initial.seed``).  A key that COSMIC 4.3.3's BSE does not have is not
+honoured.
 """
 
 from __future__ import annotations
 
 import configparser
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from cmc.bse_config import KICKFLAG_FROM_CMC, OWN_KEYS, BseConfig
 from cmc.config import ConfigError, load_config
 from cmc.errors import InputError
 
@@ -44,12 +57,11 @@ _OFF_OR_UNSUPPORTED = {
     "SNAPSHOT_CORE_COLLAPSE": "extra snapshots around core collapse are not written",
     "WRITE_EXTRA_CORE_INFO": "the extra core files are not written",
     "WRITE_BH_INFO": "the black-hole summary files are not written",
-    "WRITE_PULSAR_INFO": "pulsar files are not written (no stellar evolution)",
-    "WRITE_MOREPULSAR_INFO": "pulsar files are not written (no stellar evolution)",
-    "WRITE_STELLAR_INFO": "stellar-evolution logs are not written (no stellar evolution)",
+    "WRITE_PULSAR_INFO": "pulsar files are not written",
+    "WRITE_MOREPULSAR_INFO": "pulsar files are not written",
+    "WRITE_STELLAR_INFO": "stellar-evolution logs are not written",
     "FORCE_RLX_STEP": "a relaxation step without relaxation is not implemented",
     "DT_HARD_BINARIES": "the binary time step counts every binary (CMC's default)",
-    "STELLAR_EVOLUTION": "stellar evolution (BSE through COSMIC) is not implemented yet",
 }
 
 #: Parameters whose value here is fixed: honoured when the file asks for that value.
@@ -67,7 +79,6 @@ _FIXED = {
 #: Parameters that change nothing here (bookkeeping of the C code).
 _NO_EFFECT = {
     "TIMER": "the parts are always timed (diagnostics and logs)",
-    "BSE_IDUM": "seed of stellar evolution, which is not implemented yet",
     "HARD_BINARY_KT": "used only with DT_HARD_BINARIES = 1",
     "TT_FILE": "used only with USE_TT_FILE = 1",
     "DF_FILE": "used only with USE_DF_CUTOFF = 1",
@@ -75,6 +86,21 @@ _NO_EFFECT = {
     "BH_SNAPSHOT_DELTACOUNT": "used only with BH_SNAPSHOTTING = 1",
     "PULSAR_DELTACOUNT": "used only with the pulsar files",
 }
+
+#: CMC's C defaults (cmc_io.c) of BSE flags where they differ from ours (CMC's production
+#: values, examples/KingProfile.ini): a converted file with stellar evolution on that leaves
+#: one out gets CMC's.
+CMC_BSE_DEFAULTS = {"hewind": "1.0", "ussn": "0", "st_tide": "0", "rejuv_fac": "0.1",
+                    "rejuvflag": "1"}
+
+#: Why CMC's BSE_IDUM changes nothing here.
+BSE_IDUM_WHY = ("seed of BSE's random numbers: the kicks here draw from the run's block "
+                "streams (initial.seed)")
+
+#: Our [bse] keys by CMC's (upper-case) name: COSMIC's flags and CMC's own two.
+_BSE_KEYS = {**{f.name.upper(): f.name for f in fields(BseConfig) if f.name not in OWN_KEYS},
+             "STELLAR_EVOLUTION": "stellar_evolution",
+             "PTS1_HIGHMASS_CUTOFF": "pts1_highmass_cutoff"}
 
 #: Factors on the stars' radii in collisions; CMC uses them only with SS_COLLISION = 1
 #: (cmc_dynamics.c, cmc_binsingle.c, cmc_binbin.c): then not honoured, else no effect.
@@ -180,13 +206,14 @@ def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversio
     out = Conversion()
     ov = out.overrides
 
-    def put(cmc_key: str, **ours: str) -> None:
-        """Set our keys (together), refusing (into the list) values our validation rejects."""
+    def put(cmc_key: str, shown: str | None = None, **ours: str) -> None:
+        """Set our keys (together), refusing (into the list) values our validation rejects;
+        ``shown``: the file's value (default: the [cmc] section's)."""
         new = {key.replace("__", "."): value for key, value in ours.items()}
         try:
             load_config(None, [f"{k}={v}" for k, v in {**ov, **new}.items()])
         except ConfigError as exc:
-            out.not_honoured.append((cmc_key, raw.get(cmc_key, ""),
+            out.not_honoured.append((cmc_key, raw.get(cmc_key, "") if shown is None else shown,
                                      f"out of range here ({exc})"))
             return
         ov.update(new)
@@ -295,6 +322,13 @@ def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversio
         # no dynamics at all: this wins over the relaxation and binary switches above
         put("PERTURB", run__relaxation="false", binaries__binary_single="false",
             binaries__binary_binary="false", binaries__three_body="off")
+    # stellar evolution: its keys in any section, case-insensitively (as CMC reads them)
+    known = {*_BSE_KEYS, "BSE_IDUM"}
+    bse = {k: v for k, v in cmc.items() if k.upper() in known}
+    for k in bse:
+        del cmc[k]
+    bse.update({k: v for k, v in sections.get("bse", {}).items() if k.upper() in known})
+    _convert_bse(bse, out, put)
     # switches that are fine off, fixed values, bookkeeping
     collisions = (v := cmc.get("SS_COLLISION")) is not None and _flag(v, "SS_COLLISION")
     for key, why in _OFF_OR_UNSUPPORTED.items():
@@ -318,16 +352,65 @@ def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversio
         if sec == "cmc":
             continue
         if sec == "bse":
-            se = items.get("STELLAR_EVOLUTION", "0")
-            if _flag(se, "[bse] STELLAR_EVOLUTION"):
-                out.not_honoured.append(("STELLAR_EVOLUTION", se,
-                                         _OFF_OR_UNSUPPORTED["STELLAR_EVOLUTION"]))
             for key, v in items.items():
-                if key != "STELLAR_EVOLUTION":
-                    out.not_honoured.append((f"[bse] {key}", v, "stellar-evolution (BSE) "
-                                             "parameter: stellar evolution is not implemented "
-                                             "yet"))
+                if key.upper() not in _BSE_KEYS and key.upper() != "BSE_IDUM":
+                    out.not_honoured.append((f"[bse] {key}", v, "not a flag of COSMIC "
+                                             "4.3.3's BSE"))
         else:
             for key, v in items.items():
                 out.not_honoured.append((f"[{sec}] {key}", v, "unknown section"))
     return out
+
+
+def _numbers(text: str, key: str) -> list[float]:
+    """The numbers of CMC list parameter ``key`` (separated by commas, semicolons or spaces;
+    brackets ignored, as CMC's strtok reads them)."""
+    parts = text.translate(str.maketrans(",;[]", "    ")).split()
+    return [_number(x, key) for x in parts]
+
+
+def _convert_bse(items: dict[str, str], out: Conversion, put) -> None:
+    """Map CMC's stellar-evolution keys (as written -> value) with ``put`` (:func:`_convert`'s);
+    a key not honoured is listed under its name (unknown keys of [bse] are listed by
+    :func:`_convert` as ``[bse] key``)."""
+    types = {f.name: f.type for f in fields(BseConfig)}
+    todo: dict[str, tuple[str, str, str]] = {}  # our key -> (CMC key, its value, ours)
+    for key, v in items.items():
+        upper = key.upper()
+        if upper == "BSE_IDUM":
+            out.ignored.append((key, v, BSE_IDUM_WHY))
+            continue
+        ours = _BSE_KEYS[upper]
+        kind = types[ours]
+        if ours == "kickflag":
+            old = _whole(v, key)
+            if old not in KICKFLAG_FROM_CMC:
+                out.not_honoured.append((key, v, "CMC-COSMIC's kickflag is 0, "
+                                         "-1, -2 or -3 (COSMIC before 3.5.0)"))
+                continue
+            text = str(KICKFLAG_FROM_CMC[old])
+        elif ours == "stellar_evolution":
+            text = "true" if _flag(v, key) else "false"
+        elif kind == "list":
+            nums = _numbers(v, key)
+            if ours in ("alpha1", "acc_lim") and len(nums) == 1:
+                nums *= 2  # CMC's scalar: the same for both members
+            text = ", ".join(repr(x) for x in nums)
+        elif kind == "int":
+            text = str(_whole(v, key))
+        else:
+            text = repr(_number(v, key))
+        todo[ours] = (key, v, text)
+    if todo.get("stellar_evolution", ("", "", "false"))[2] == "true":
+        for ours, text in CMC_BSE_DEFAULTS.items():
+            todo.setdefault(ours, (f"{ours} (CMC's default)", text, text))
+    order = list(todo)
+    if "ecsn" in todo and "ecsn_mlow" in todo:
+        # ecsn_mlow <= ecsn is checked at each put: set first the one that keeps it with the
+        # other's old value (if the new pair breaks it, the second is refused)
+        first = "ecsn_mlow" if float(todo["ecsn_mlow"][2]) <= BseConfig.ecsn else "ecsn"
+        order.remove(first)
+        order.insert(order.index("ecsn" if first == "ecsn_mlow" else "ecsn_mlow"), first)
+    for ours in order:
+        key, v, text = todo[ours]
+        put(key, shown=v, **{f"bse__{ours}": text})

@@ -1,9 +1,9 @@
 """Run parameters: typed, validated dataclasses read from an INI file.
 
-Every parameter is declared once here (type, default, unit, meaning, allowed range); the INI
-reader, ``--set`` overrides, ``cmc params`` and docs/parameters.md all come from these
-declarations.  An unknown section or key, or a value of the wrong type or out of range, raises
-:class:`ConfigError` naming ``section.key``.
+Every parameter is declared once here, [bse] in :mod:`cmc.bse_config` (type, default, unit,
+meaning, allowed range); the INI reader, ``--set`` overrides, ``cmc params`` and
+docs/parameters.md all come from these declarations.  An unknown section or key, or a value
+of the wrong type or out of range, raises :class:`ConfigError` naming ``section.key``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from cmc.bse_config import BseConfig, bse_problem
 
 
 class ConfigError(ValueError):
@@ -227,8 +229,9 @@ class Config:
     tidal: TidalConfig = field(default_factory=TidalConfig)
     binaries: BinariesConfig = field(default_factory=BinariesConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    bse: BseConfig = field(default_factory=BseConfig)
 
-    SECTIONS = ("initial", "run", "tidal", "binaries", "output")
+    SECTIONS = ("initial", "run", "tidal", "binaries", "output", "bse")
 
     def to_ini(self) -> str:
         """The parameters as INI text (round-trips through :func:`load_config`)."""
@@ -251,6 +254,8 @@ class Config:
         if sec not in self.SECTIONS:
             raise ConfigError(f"{dotted}: unknown section [{sec}] "
                               f"(known: {', '.join(self.SECTIONS)})")
+        if sec == "bse":  # COSMIC spells a few flags in capitals (ST_tide): ours are lower case
+            key = key.lower()
         obj = getattr(self, sec)
         fmap = {f.name: f for f in fields(obj)}
         if key not in fmap:
@@ -309,6 +314,8 @@ class Config:
             raise ConfigError("run.dt_window: must be a multiple of 20 (the 20-star blocks)")
         if self.binaries.eta_max <= self.binaries.eta_min:
             raise ConfigError("binaries.eta_max: must be above binaries.eta_min")
+        if (msg := bse_problem(self.bse)) is not None:
+            raise ConfigError(msg)
 
 
 def _format(v: Any) -> str:
@@ -342,22 +349,35 @@ def _parse(key: str, f: dataclasses.Field, text: str) -> Any:
             val = float(text)
             if not math.isfinite(val):
                 raise ValueError
-        elif t == "list":
-            val = [float(x) for x in text.replace(",", " ").split()]
+        elif t == "list":  # brackets ignored: COSMIC's and CMC's [a, b] read too
+            val = [float(x) for x in text.translate(_LIST_PUNCTUATION).split()]
+            if not all(math.isfinite(x) for x in val):
+                raise ValueError
         else:
             val = text
     except ValueError:
         raise ConfigError(f"{key}: {text!r} is not a valid {t}") from None
     if meta.get("choices") and val not in meta["choices"]:
-        raise ConfigError(f"{key}: {text!r} is not one of {', '.join(meta['choices'])}")
+        raise ConfigError(f"{key}: {text!r} is not one of "
+                          f"{', '.join(str(c) for c in meta['choices'])}")
+    if isinstance(val, list) and meta.get("length") and len(val) != meta["length"]:
+        raise ConfigError(f"{key}: needs {meta['length']} numbers, got {len(val)}")
     lo, hi = meta.get("lo"), meta.get("hi")
-    if isinstance(val, int | float) and not isinstance(val, bool):
-        if lo is not None and (val < lo or (meta.get("lo_open") and val == lo)):
-            rel = ">" if meta.get("lo_open") else ">="
-            raise ConfigError(f"{key}: {text} out of range (must be {rel} {lo})")
-        if hi is not None and val > hi:
-            raise ConfigError(f"{key}: {text} out of range (must be <= {hi})")
+    for x in val if isinstance(val, list) else [val]:
+        if isinstance(x, int | float) and not isinstance(x, bool):
+            shown = f"{x:g}" if isinstance(val, list) else text
+            if lo is not None and (x < lo or (meta.get("lo_open") and x == lo)):
+                rel = ">" if meta.get("lo_open") else ">="
+                raise ConfigError(f"{key}: {shown} out of range (must be {rel} {lo})")
+            if hi is not None and x > hi:
+                raise ConfigError(f"{key}: {shown} out of range (must be <= {hi})")
+    if meta.get("check") and (why := meta["check"](val)) is not None:
+        raise ConfigError(f"{key}: {text}: {why}")
     return val
+
+
+#: Characters of a list value read as separators.
+_LIST_PUNCTUATION = str.maketrans({",": " ", "[": " ", "]": " ", ";": " "})
 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None,

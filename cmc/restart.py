@@ -3,13 +3,21 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
+from cmc.bse_config import CHANGEABLE_ON_RESTART, BseConfig
 from cmc.config import Config
 from cmc.errors import InputError
 from cmc.state import RunState
 
-#: Parameters that define what a run is; a restart cannot change them.
+#: Parameters that define what a run is; a restart cannot change them.  Of [bse], all but the
+#: accuracy controls of the time steps (:data:`cmc.bse_config.CHANGEABLE_ON_RESTART`): the
+#: switch ``bse.stellar_evolution`` (the star table's fields depend on it) and every BSE flag
+#: (the stellar physics of the model).
 FIXED_ON_RESTART = ("initial.*", "run.gamma", "run.coulomb_n", "run.emulate_ranks", "tidal.*",
-                    "output.lagrange_fractions")
+                    "output.lagrange_fractions",
+                    *(f"bse.{f.name}" for f in fields(BseConfig)
+                      if f.name not in CHANGEABLE_ON_RESTART))
 
 
 def check_restart_overrides(old: Config, new: Config, overrides: list[str]) -> None:
@@ -18,6 +26,9 @@ def check_restart_overrides(old: Config, new: Config, overrides: list[str]) -> N
     for ov in overrides:
         key = ov.split("=", 1)[0].strip()
         sec, _, name = key.partition(".")
+        if sec == "bse":  # case-insensitive there, as Config.set reads it
+            name = name.lower()
+            key = f"{sec}.{name}"
         if f"{sec}.*" in FIXED_ON_RESTART or key in FIXED_ON_RESTART:
             if getattr(getattr(old, sec), name) != getattr(getattr(new, sec), name):
                 raise InputError(f"{key}: cannot change on restart (it defines the run); "

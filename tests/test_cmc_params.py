@@ -47,8 +47,11 @@ def test_every_parameter_is_mapped_or_listed():
         assert key not in accounted
     listed = {p for p, _, _ in conv.not_honoured}
     for key in ("SS_COLLISION", "BH_CAPTURE", "TIDAL_TREATMENT", "SNAPSHOT_WINDOWS",
-                "MASS_BINS", "WRITE_BH_INFO", "STELLAR_EVOLUTION", "[bse] windflag"):
+                "MASS_BINS", "WRITE_BH_INFO"):
         assert key in listed, key
+    # every [bse] key of CMC-COSMIC's example is mapped (issue 48): none is listed
+    assert keys["bse"] and not any(p.startswith("[bse]") for p in listed)
+    assert {c for c, _ in conv.mapped} >= set(keys["bse"])
 
 
 def test_mapped_values(tmp_path):
@@ -212,9 +215,9 @@ def test_docs_workflow_example(tmp_path):
 
 def test_docs_show_what_convert_ini_prints(capsys):
     """docs/cosmic.md quotes cmc convert-ini on examples/cosmic/KingProfile.ini: its summary
-    line (how many parameters are mapped and how many not honoured) and its number of [bse]
-    lines are the command's own (issue 46, item 11: the docs said 22 mapped, the command
-    printed 23)."""
+    line (how many parameters are mapped and how many not honoured) is the command's own
+    (issue 46, item 11: the docs said 22 mapped, the command printed 23), and no [bse] line
+    is listed as not honoured (issue 48 maps them all)."""
     import re
 
     root = Path(__file__).resolve().parents[1]
@@ -223,5 +226,86 @@ def test_docs_show_what_convert_ini_prints(capsys):
     doc = (root / "docs" / "cosmic.md").read_text()
     summary = next(x for x in err if "parameter(s) mapped" in x)
     assert summary in doc
-    n_bse = sum("not honoured: [bse]" in x for x in err) + 1  # and STELLAR_EVOLUTION
-    assert re.search(rf"one line for each of the {n_bse} \[bse\] parameters", doc)
+    # issue 48: every [bse] key of the example is mapped, none listed (nor in the docs)
+    assert not any("[bse]" in x or "STELLAR_EVOLUTION" in x for x in err)
+    assert not re.search(r"not honoured: (\[bse\]|STELLAR_EVOLUTION)", doc)
+
+
+#: A [bse] section as CMC-COSMIC writes it (examples/KingProfile.ini's spelling: mixed case,
+#: bracketed arrays, scalar alpha1 and acc_lim), with a few values off its defaults.
+CMC_BSE = """[cmc]
+BSE_IDUM = 7
+[bse]
+STELLAR_EVOLUTION = 1
+pts1 = 0.05
+PTS1_HIGHMASS_CUTOFF = 8
+windflag = 2
+alpha1 = 3.0
+acc_lim = 0.5
+kickflag = -2
+ecsn = 1.0
+ecsn_mlow = 0.8
+qcrit_array = [0.0,1.5,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0]
+natal_kick_array=[[-100.0,-100.0,-100.0,-100.0,0],[50.0,10.0,20.0,30.0,0.0]]
+FPRIMC
+ST_tide = 1
+LBV_flag = 2
+nsflag = 3
+""".replace("FPRIMC", "fprimc_array = [" + ",".join(["0.0952381"] * 16) + "]")
+
+
+def test_bse_section_converts_to_our_keys(tmp_path):
+    """Issue 48: CMC's [bse] maps onto bse.<flag> (case-insensitively), the scalars alpha1 and
+    acc_lim hold for both members, the arrays keep or lose their brackets, BSE_IDUM changes
+    nothing, a key COSMIC does not know is not honoured; the converted file validates."""
+    ini = tmp_path / "cmc.ini"
+    ini.write_text(CMC_BSE)
+    conv = convert_cmc_ini(ini)
+    cfg = load_config(text=conv.ini())
+    b = cfg.bse
+    assert b.stellar_evolution is True and b.pts1 == 0.05 and b.pts1_highmass_cutoff == 8.0
+    assert b.windflag == 2 and b.alpha1 == [3.0, 3.0] and b.acc_lim == [0.5, 0.5]
+    assert b.kickflag == -3  # CMC's -2 (Giacobbo & Mapelli Eq. 2) in COSMIC 4.3.3
+    assert (b.ecsn, b.ecsn_mlow) == (1.0, 0.8)  # set together (0.8 <= 1 but 1 < 1.4)
+    assert b.qcrit_array[1] == 1.5 and len(b.qcrit_array) == 16
+    assert b.natal_kick_array == [-100.0] * 4 + [0.0, 50.0, 10.0, 20.0, 30.0, 0.0]
+    assert b.fprimc_array == [0.0952381] * 16
+    assert b.st_tide == 1 and b.lbv_flag == 2
+    # absent with stellar evolution on: CMC's C defaults where they differ from ours
+    assert (b.hewind, b.ussn, b.rejuv_fac, b.rejuvflag) == (1.0, 0, 0.1, 1)
+    assert ("PTS1_HIGHMASS_CUTOFF", "bse.pts1_highmass_cutoff = 8.0") in conv.mapped
+    assert ("ST_tide", "bse.st_tide = 1") in conv.mapped
+    assert ("kickflag", "bse.kickflag = -3") in conv.mapped
+    assert {p for p, _, _ in conv.ignored} == {"BSE_IDUM"}
+    listed = {p: why for p, _, why in conv.not_honoured}
+    assert set(listed) == {"[bse] nsflag"} and "COSMIC" in listed["[bse] nsflag"]
+    # our own ini round-trips
+    assert load_config(text=cfg.to_ini()) == cfg
+
+
+@pytest.mark.parametrize("cmc_kick, ours", [(0, -1), (-1, -2), (-2, -3), (-3, -4)])
+def test_kickflag_is_renumbered(tmp_path, cmc_kick, ours):
+    """CMC-COSMIC's COSMIC predates 3.5.0's renumbering (0 BSE's kicks, -1/-2 Giacobbo &
+    Mapelli Eq. 1/2, -3 Bray & Eldridge, all with the Kiel & Hurley orbit update): the same
+    prescriptions with that update are -1 ... -4 in COSMIC 4.3.3."""
+    ini = tmp_path / "cmc.ini"
+    ini.write_text(f"[cmc]\n[bse]\nkickflag = {cmc_kick}\n")
+    conv = convert_cmc_ini(ini)
+    assert load_config(text=conv.ini()).bse.kickflag == ours
+    assert conv.not_honoured == []
+
+
+def test_bse_refusals(tmp_path):
+    """kickflag outside CMC's numbering, and values our validation refuses, are listed (the
+    converted file keeps ours); a non-number is a one-line error naming the key."""
+    ini = tmp_path / "cmc.ini"
+    ini.write_text("[cmc]\n[bse]\nkickflag = 5\nhewind = 2\nalpha1 = 1,2,3\n")
+    conv = convert_cmc_ini(ini)
+    listed = {p: why for p, _, why in conv.not_honoured}
+    assert set(listed) == {"kickflag", "hewind", "alpha1"}
+    assert "bse.hewind" in listed["hewind"] and "2 numbers" in listed["alpha1"]
+    cfg = load_config(text=conv.ini())
+    assert cfg.bse.kickflag == -1 and cfg.bse.hewind == 0.5 and cfg.bse.stellar_evolution is False
+    ini.write_text("[cmc]\n[bse]\nsigma = fast\n")
+    with pytest.raises(InputError, match="sigma = 'fast'"):
+        convert_cmc_ini(ini)
