@@ -106,7 +106,7 @@ _BIN_STATE, _MERGER_TYPE = 49, 50
 # The BSE arrays, in evolv2's argument order after rad (lumin is our "lum", b_0 our "b0").
 _EVOLV2_Q = ("mass0", "lum", "massc", "radc", "menv", "renv", "ospin", "b0", "bacc", "tacc",
              "epoch", "tms", "bhspin")
-_NATAL_KICK_RESET = [[-100.0, -100.0, -100.0, -100.0, 0.0]] * 2
+_NATAL_KICK_RESET = np.array([[-100.0, -100.0, -100.0, -100.0, 0.0]] * 2)
 
 
 class StellarEvolutionError(RuntimeError):
@@ -200,7 +200,8 @@ def apply_flags(flags: Mapping[str, Any]) -> None:
     ------
     ValueError
         For an unknown key (``randomseed`` included: seeds are per object), a key given twice
-        in different cases, or a value COSMIC refuses; the message names the key.
+        in different cases, a value that is not a finite number (or list of them, shaped like
+        the default), or a value COSMIC refuses; the message names the key.
     """
     from cosmic import _evolvebin
     from cosmic.utils import error_check
@@ -217,11 +218,24 @@ def apply_flags(flags: Mapping[str, Any]) -> None:
         if low in seen:
             raise ValueError(f"{key}: given twice (also as {seen[low]})")
         seen[low] = str(key)
-        merged[names[low][0]] = value
+        name = names[low][0]
+        try:
+            arr = np.asarray(value)
+            ok = (arr.dtype.kind in "iuf" and arr.shape == np.shape(merged[name])
+                  and np.isfinite(arr).all())
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"{key}: must be a number, or numbers of the shape of COSMIC's "
+                             f"default {merged[name]!r} (got {value!r})")
+        merged[name] = value
     checked = {k: (list(v) if isinstance(v, np.ndarray) else v) for k, v in merged.items()}
     error_check(checked, {"stellar_engine": "sse"})
     for name, group in names.values():
-        setattr(getattr(_evolvebin, group), name.lower(), checked[name])
+        try:
+            setattr(getattr(_evolvebin, group), name.lower(), checked[name])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: cannot be set to {checked[name]!r} ({exc})") from None
     _evolvebin.cmcpass.using_cmc = 0
     _evolvebin.se_flags.using_sse = 1
     _evolvebin.se_flags.using_metisse = 0
@@ -436,6 +450,10 @@ def evolve(batch: Batch, t_end: Any, z: float, pts1_highmass_cutoff: float = 5.0
     are empty objects (both slots massless: evolv2 never returns for them), which only get
     ``tphys = t_end`` and the outcome :data:`DESTROYED`.
 
+    Call boundaries are not free: each call reseeds (kicks differ once an evolution is
+    split), restarts evolv2's internal step, and resets ``mtvars.mbh_initial`` (BH accretion
+    efficiency); main-sequence states split into calls agree bit for bit but for the spin.
+
     The final state is written into ``batch`` in place: ``kstar``, ``mass``, ``rad``, every
     ``q`` but ``zams`` (unchanged), ``tphys = t_end``, and ``sep`` [Rsun] and ``ecc`` from the
     last bpp row for a binary that is still bound (0 otherwise); slot 1 of a single star is
@@ -499,6 +517,7 @@ def evolve(batch: Batch, t_end: Any, z: float, pts1_highmass_cutoff: float = 5.0
     spin0 = q["bhspin"][:, 0].copy()
     rows = np.zeros((n, 52))
     pts1 = float(_FLAGS_SET["pts1"])
+    bse.points.pts1 = pts1
     qargs = [q[name] for name in _EVOLV2_Q]
     zpars, kick_in = np.zeros(20), np.zeros((2, 19))
     points, rand1, er_flags = bse.points, bse.rand1, bse.er_flags
@@ -511,13 +530,15 @@ def evolve(batch: Batch, t_end: Any, z: float, pts1_highmass_cutoff: float = 5.0
         natal_kicks[:] = _NATAL_KICK_RESET
         rand1.idum1 = seeds[i]
         er_flags.bcm_err = 0
-        points.pts1 = pts1 / 10.0 if massive[i] else pts1
+        if massive[i]:
+            points.pts1 = pts1 / 10.0
         try:
             _, res.kick_info[i], jp, ip = bse.evolv2(
                 k[i], m[i], tb[i], ecc[i], z, t1s[i], 2.0 * t1s[i], qargs[0][i], batch.rad[i],
                 *[a[i] for a in qargs[1:]], t0s[i], zpars, kick_in)
         finally:
-            points.pts1 = pts1
+            if massive[i]:
+                points.pts1 = pts1
         if jp > 0:
             rows[i] = bpp[jp - 1]
             bpp[:jp] = 0.0

@@ -340,6 +340,9 @@ def test_flags():
         se.apply_flags({"LBV_flag": 7})
     with pytest.raises(ValueError, match="randomseed"):
         se.apply_flags({"randomseed": 7})
+    for bad in ({"alpha1": [1.0, 1.0, 1.0]}, {"pts1": "0.05"}, {"Kickflag": [5]}):
+        with pytest.raises(ValueError, match=f"^{next(iter(bad))}: must be a number"):
+            se.apply_flags(bad)
 
 
 def test_bse_errors_name_the_object():
