@@ -340,8 +340,10 @@ class Batch:
         m = m.reshape(-1, 2)
         k = np.where(m <= 0.7, 0, 1).astype(np.int32)
         k[m <= 0.0] = MASSLESS
-        return cls(k, m, np.zeros_like(m), {"mass0": m, "zams": m}, tphys=tphys, sep=sep,
-                   ecc=ecc, seed=seed)
+        b = cls(k, m, np.zeros_like(m), {"mass0": m, "zams": m}, tphys=tphys, sep=sep,
+                ecc=ecc, seed=seed)
+        b.sep[b.single_mask] = b.ecc[b.single_mask] = 0.0
+        return b
 
     def take(self, index: Any) -> Batch:
         """A new batch of the objects ``index`` (a copy)."""
@@ -457,7 +459,8 @@ def evolve(batch: Batch, t_end: Any, z: float, pts1_highmass_cutoff: float = 5.0
     The final state is written into ``batch`` in place: ``kstar``, ``mass``, ``rad``, every
     ``q`` but ``zams`` (unchanged), ``tphys = t_end``, and ``sep`` [Rsun] and ``ecc`` from the
     last bpp row for a binary that is still bound (0 otherwise); slot 1 of a single star is
-    zeroed again.  Disrupted or merged binaries keep their members in their slots.
+    zeroed again.  Disrupted or merged binaries keep their members in their slots; evolv2
+    itself evolves them on to ``t_end`` (two single stars, or the merger product).
 
     Parameters
     ----------
