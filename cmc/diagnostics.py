@@ -53,6 +53,10 @@ DIAG_UNITS = {
     "n_escaped_step": "objects per step", "n_binary_pairs": "pairs per step",
     "n_p_over_1": "pairs per step", "r_max": "r_vir", "v0_rms": "v_NB", "rc_spitzer": "r_vir",
     "dt_tcross": "1",
+    "E_se_mass": "E_NB", "E_se_kicks": "E_NB", "E_se_binding": "E_NB", "M_se": "M0",
+    "n_se_evolved": "objects per step", "n_supernovae": "stars per step",
+    "n_se_disrupted": "binaries per step", "n_se_mergers": "binaries per step",
+    "n_se_destroyed": "objects per step",
 }
 #: A step shorter than this fraction of the central crossing time is warned about (once): an
 #: equal-mass Plummer model keeps dt_tcross > 1.1 up to its core collapse (N_core = 100), a
@@ -61,6 +65,14 @@ DT_TCROSS_WARN = 0.5
 #: Per-step counters of binary processes (the names of :data:`physics.encounters.COUNT_NAMES`
 #: that count events).
 EVENT_COUNTS = enc.COUNT_NAMES[:9] + ("n_ejected",)
+#: Per-segment sums of stellar evolution (:mod:`cmc.processes.stellar_evolution`), in this
+#: order: the kinetic energy change of the mass lost, of the kicks, the change of the
+#: binaries' internal energy, the mass lost, objects evolved, supernovae, binaries disrupted,
+#: binaries merged, objects destroyed (no remnant).
+SE_SUMS = ("e_se_kinetic", "e_se_kicks", "e_se_binding", "m_se", "n_se_evolved",
+           "n_supernovae", "n_se_disrupted", "n_se_mergers", "n_se_destroyed")
+#: The per-step counters among them (diagnostics columns in runs with stellar evolution).
+SE_COUNTS = SE_SUMS[4:]
 #: What each diagnostics column means (its unit is in :data:`DIAG_UNITS`).
 DIAG_MEANINGS = {
     "step": "step number", "time": "time", "time_nb": "time in N-body units",
@@ -70,7 +82,19 @@ DIAG_MEANINGS = {
     "E_escaped": "energy carried away by other escapers (unbound, ejected; kinetic + "
                  "potential at escape)",
     "E_tot": "K + W + E_escaped + E_stripped + E_binding + E_binding_escaped - E_oops "
-             "- E_mergers - E_integrator (conserved)",
+             "- E_mergers - E_integrator (- E_se_mass - E_se_kicks - E_se_binding with "
+             "stellar evolution) (conserved)",
+    "E_se_mass": "change of K + W from the mass stellar evolution took (the lost mass "
+                 "leaves with its star's velocity; W exact)",
+    "E_se_kicks": "kinetic energy given by natal kicks (supernovae)",
+    "E_se_binding": "change of the binaries' internal energy by stellar evolution (mass "
+                    "loss and transfer, tides, kicks, disruptions, mergers)",
+    "M_se": "mass taken by stellar evolution (winds, supernovae, mergers)",
+    "n_se_evolved": "objects evolved by BSE in the step (the others were not due)",
+    "n_supernovae": "supernovae in the step", "n_se_disrupted": "binaries disrupted by "
+    "stellar evolution (supernova kicks) in the step", "n_se_mergers": "binaries whose "
+    "members merged in BSE in the step", "n_se_destroyed": "objects that left no remnant "
+    "in the step",
     "time_myr": "time in Myr", "r_tidal": "tidal radius (0: isolated)",
     "M_stripped": "mass stripped by the tidal field (apocentre beyond r_tidal)",
     "N_stripped": "objects stripped by the tidal field",
@@ -254,6 +278,8 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
     # mergers dissipated and the few-body integrator's energy error
     e_tot = (k + w + st.e_escaped + st.e_stripped + e_bind + st.e_bind_escaped - st.e_oops
              - st.e_mergers - st.e_integrator)
+    if s.has_se_fields:
+        e_tot -= st.e_se_mass + st.e_se_kicks + st.e_se_binding
     f_bin_core = 0.0
     if s.has_binary_fields:
         n_obj_core = int(np.searchsorted(sim.r_all, r_c, side="right"))
@@ -288,6 +314,10 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
             "beta_capped": 0.0, "n_escaped_step": 0.0, "T_bs": math.inf, "T_bb": math.inf,
             "n_binary_pairs": 0.0, "n_p_over_1": 0.0, "n_stripped_step": 0.0,
             **dict.fromkeys(EVENT_COUNTS, 0.0)}
+    if s.has_se_fields:
+        d.update({"E_se_mass": st.e_se_mass, "E_se_kicks": st.e_se_kicks,
+                  "E_se_binding": st.e_se_binding, "M_se": st.m_se})
+        base.update(dict.fromkeys(SE_COUNTS, 0.0))
     base.update(extra or {})
     d.update(base)
     # the step over the central crossing time r_c / v0_rms (both N-body units; 0 before

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from physics.stellar_evolution import MEMBER_QUANTITIES, OBJECT_TIMES, member_field, single_field
+
 
 @dataclass(frozen=True)
 class Field:
@@ -67,9 +69,43 @@ BINARY_FIELDS: tuple[Field, ...] = (
     Field("bin_m2_msun", "float64", "Msun", "mass of the second member in solar masses"),
 )
 
-FIELD_BY_NAME: dict[str, Field] = {f.name: f for f in STAR_FIELDS + BINARY_FIELDS}
+#: The BSE state of stellar evolution (:mod:`physics.stellar_evolution`), present exactly in
+#: runs with ``bse.stellar_evolution`` on.  A star's type, mass in Msun and radius are the
+#: fields above (``startype``, ``m_msun``, ``rad``; ``bin_startype{j}``, ``bin_m{j}_msun``,
+#: ``bin_rad{j}``); these add the rest of its BSE state (``se_<q>`` for a single star) and the
+#: object's clock (``se_tphys``, ``se_t_next``, for a single star or a binary alike).  Like the
+#: binary fields they are columns of the star table, so they travel through the sort with no
+#: separate path; snapshots and checkpoints write them in the ``stars`` group.
+SE_FIELDS: tuple[Field, ...] = tuple(
+    Field(single_field(q), "float64", unit, meaning) for q, (unit, meaning)
+    in MEMBER_QUANTITIES.items()) + tuple(
+    Field(name, "float64", unit, meaning) for name, (unit, meaning) in OBJECT_TIMES.items())
+
+#: The BSE state of binary members (runs with binaries and stellar evolution): written with
+#: the binary fields in the ``binaries`` group.
+SE_BINARY_FIELDS: tuple[Field, ...] = tuple(
+    Field(member_field(q, j), "float64", unit, f"{meaning} of the {('first', 'second')[j - 1]} "
+          "member") for j in (1, 2) for q, (unit, meaning) in MEMBER_QUANTITIES.items())
+
+FIELD_BY_NAME: dict[str, Field] = {f.name: f for f in STAR_FIELDS + BINARY_FIELDS + SE_FIELDS
+                                   + SE_BINARY_FIELDS}
 SAVED_FIELDS: tuple[str, ...] = tuple(f.name for f in STAR_FIELDS if f.saved)
 BINARY_NAMES: tuple[str, ...] = tuple(f.name for f in BINARY_FIELDS)
+SE_NAMES: tuple[str, ...] = tuple(f.name for f in SE_FIELDS)
+SE_BINARY_NAMES: tuple[str, ...] = tuple(f.name for f in SE_BINARY_FIELDS)
+
+
+def table_fields(binaries: bool, stellar_evolution: bool = False) -> tuple[Field, ...]:
+    """Every column of a star table: the star fields, and the binary and stellar-evolution
+    fields in runs that have them."""
+    return (STAR_FIELDS + (BINARY_FIELDS if binaries else ())
+            + (SE_FIELDS if stellar_evolution else ())
+            + (SE_BINARY_FIELDS if binaries and stellar_evolution else ()))
+
+
+def saved_names(binaries: bool, stellar_evolution: bool = False) -> tuple[str, ...]:
+    """The columns written to snapshots and checkpoints."""
+    return tuple(f.name for f in table_fields(binaries, stellar_evolution) if f.saved)
 
 
 def record_dtype() -> np.dtype:
@@ -96,8 +132,8 @@ ESCAPE_TIDAL = 2
 ESCAPE_EJECTED = 3
 
 
-def escaper_columns(binaries: bool) -> tuple[Field, ...]:
+def escaper_columns(binaries: bool, stellar_evolution: bool = False) -> tuple[Field, ...]:
     """Columns of the escaper table: :data:`ESCAPER_FIELDS`, the saved star fields and, in
-    runs with binaries, the binary fields."""
-    return ESCAPER_FIELDS + tuple(f for f in STAR_FIELDS if f.saved) \
-        + (BINARY_FIELDS if binaries else ())
+    runs with binaries or stellar evolution, their fields."""
+    return ESCAPER_FIELDS + tuple(f for f in table_fields(binaries, stellar_evolution)
+                                  if f.saved)

@@ -24,7 +24,13 @@ import h5py
 import numpy as np
 
 from cmc.errors import DamagedFileError, InputError, OutputError, is_disk_full
-from cmc.fields import BINARY_FIELDS, FIELD_BY_NAME, SAVED_FIELDS
+from cmc.fields import (
+    BINARY_FIELDS,
+    FIELD_BY_NAME,
+    SAVED_FIELDS,
+    SE_BINARY_FIELDS,
+    SE_FIELDS,
+)
 
 #: Layout version of every file this module writes.  2: checkpoints carry a checksum and no
 #: diagnostics history (that lives in diagnostics.h5 alone).
@@ -131,7 +137,8 @@ def write_star_group(group: h5py.Group, stars: dict[str, np.ndarray]) -> None:
     ``binind``.
     """
     n = len(stars["r"])
-    for name in SAVED_FIELDS:
+    se = "se_tphys" in stars
+    for name in SAVED_FIELDS + (tuple(f.name for f in SE_FIELDS) if se else ()):
         f = FIELD_BY_NAME[name]
         data = stars[name] if name in stars else np.full(n, f.default)
         ds = group.create_dataset(name, data=np.asarray(data, dtype=f.dtype))
@@ -144,7 +151,7 @@ def write_star_group(group: h5py.Group, stars: dict[str, np.ndarray]) -> None:
     ds = bg.create_dataset("star_row", data=rows.astype(np.int64))
     ds.attrs["meaning"] = "row of this binary's centre of mass in the star group"
     bg.create_dataset("binind", data=np.asarray(stars["binind"])[rows])
-    for f in BINARY_FIELDS:
+    for f in BINARY_FIELDS + (SE_BINARY_FIELDS if se else ()):
         ds = bg.create_dataset(f.name, data=np.asarray(stars[f.name], dtype=f.dtype)[rows])
         ds.attrs["unit"] = f.unit
         ds.attrs["meaning"] = f.meaning
@@ -168,6 +175,13 @@ def read_star_group(group: h5py.Group) -> dict[str, np.ndarray]:
             out[name] = np.arange(n, dtype=np.int64)
         else:
             out[name] = np.full(n, f.default, dtype=f.dtype)
+    se = "se_tphys" in group
+    if se:  # a run with stellar evolution: all of its columns, or the file is damaged
+        for f in SE_FIELDS:
+            if f.name not in group or group[f.name].shape != (n,):
+                raise InputError(f"{group.file.filename}: stellar-evolution column "
+                                 f"{f.name!r} is missing or has the wrong shape")
+            out[f.name] = group[f.name][...].astype(f.dtype)
     if "binaries" in group.parent:
         bg = group.parent["binaries"]
         rows = bg["star_row"][...].astype(np.int64)
@@ -178,7 +192,7 @@ def read_star_group(group: h5py.Group) -> dict[str, np.ndarray]:
         if np.count_nonzero(out["binind"] >= 0) != rows.size:
             raise InputError(f"{group.file.filename}: {np.count_nonzero(out['binind'] >= 0)} "
                              f"stars have binind >= 0 but {bg.name} has {rows.size} rows")
-        for f in BINARY_FIELDS:
+        for f in BINARY_FIELDS + (SE_BINARY_FIELDS if se else ()):
             col = np.full(n, f.default, dtype=f.dtype)
             if f.name in bg:
                 col[rows] = bg[f.name][...].astype(f.dtype)

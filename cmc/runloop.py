@@ -76,6 +76,7 @@ def run(sim: Simulation) -> str:
             sim.write_snapshot()
             sim.write_checkpoint()
     reason = ""
+    torn = False
     # this invocation's time: in the step's parts, in writing outputs, and the rest
     loop_start = time.perf_counter()
     step0 = sim.state.step
@@ -99,6 +100,7 @@ def run(sim: Simulation) -> str:
                 reason = stop_reason(sim, d)
             except StopRun as exc:
                 reason = f"error: {exc}"
+                torn = exc.torn
                 d = sim.last
             in_step += time.perf_counter() - t_step
             if sim.fault is not None:
@@ -152,9 +154,13 @@ def run(sim: Simulation) -> str:
     sim.state.stop_reason = reason
     log.info("stopped after step %d: %s", sim.state.step, reason)
     t_out = time.perf_counter()
-    sim.write_checkpoint()
-    if sim.output.snap_step != sim.state.step:
-        sim.write_snapshot()
+    if torn:  # stopped part-way through a step: its state is no state of the run
+        log.error("the state of the failed step is not written: the last checkpoint is "
+                  "intact")
+    else:
+        sim.write_checkpoint()
+        if sim.output.snap_step != sim.state.step:
+            sim.write_snapshot()
     in_output += time.perf_counter() - t_out
     sim.timing = timing_summary(sim, sim.state.step - step0, star_steps,
                                        time.perf_counter() - loop_start, in_step, in_output,

@@ -38,6 +38,7 @@ from cmc.errors import RESUMABLE_STOPS, InputError
 from cmc.output.escapers import EscaperTable
 from cmc.output.files import RunOutput
 from cmc.processes.orbits import orbit_kernel
+from cmc.processes.stellar_evolution import binary_physics_settings, start_stellar_evolution
 from cmc.replicated import sync_replicated
 from cmc.restart import check_restart_overrides, legacy_scale
 from cmc.runloop import FAULT_ENV
@@ -100,6 +101,7 @@ class Simulation:
             x_bb=b.x_bb, three_body=b.three_body, eta_min=b.eta_min, eta_max=b.eta_max,
             three_body_neighbours=b.three_body_neighbours,
             wide_factor=b.wide_factor, wide_hardness_min=b.wide_hardness_min,
+            **binary_physics_settings(self),
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,
                                        collapse_tol=b.collapse_tol))
@@ -130,6 +132,8 @@ class Simulation:
                 check_memory(cfg, comm.Get_size())  # before anything of the model exists
                 glob, info = build_initial_stars(cfg)
                 info["scale"] = physical_scale(cfg, info, float(np.sum(glob["m"])))
+                if cfg.bse.stellar_evolution:
+                    start_stellar_evolution(glob, cfg, info)
             except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
                 # bad initial conditions (read on rank 0): every rank raises, none waits
                 where = f"initial.file {cfg.initial.file}" if cfg.initial.model == "file" \

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from cmc.fields import BINARY_FIELDS, BINARY_NAMES, FIELD_BY_NAME, SAVED_FIELDS, STAR_FIELDS
+from cmc.fields import BINARY_NAMES, FIELD_BY_NAME, saved_names, table_fields
 
 
 class StarTable:
@@ -14,7 +14,8 @@ class StarTable:
 
     Attributes are the field names of :data:`cmc.fields.STAR_FIELDS` (``stars.r`` etc.) and,
     in runs with binaries, of :data:`cmc.fields.BINARY_FIELDS` (present when any of them is
-    given; then all are).
+    given; then all are), and with stellar evolution of :data:`cmc.fields.SE_FIELDS` (present
+    when ``se_tphys`` is given; with binaries also :data:`cmc.fields.SE_BINARY_FIELDS`).
     """
 
     __slots__ = ("_data",)
@@ -23,7 +24,7 @@ class StarTable:
         n = None
         clean: dict[str, np.ndarray] = {}
         with_binaries = any(name in data for name in BINARY_NAMES)
-        for f in STAR_FIELDS + (BINARY_FIELDS if with_binaries else ()):
+        for f in table_fields(with_binaries, "se_tphys" in data):
             if f.name in data:
                 arr = np.ascontiguousarray(data[f.name], dtype=f.dtype)
             else:
@@ -42,15 +43,21 @@ class StarTable:
         object.__setattr__(self, "_data", clean)
 
     @classmethod
-    def empty(cls, n: int, binaries: bool = False) -> StarTable:
+    def empty(cls, n: int, binaries: bool = False, stellar_evolution: bool = False
+              ) -> StarTable:
         """Table of ``n`` stars with every field at its default."""
-        fields = STAR_FIELDS + (BINARY_FIELDS if binaries else ())
-        return cls({f.name: np.full(n, f.default, dtype=f.dtype) for f in fields})
+        return cls({f.name: np.full(n, f.default, dtype=f.dtype)
+                    for f in table_fields(binaries, stellar_evolution)})
 
     @property
     def has_binary_fields(self) -> bool:
         """Whether the table carries the binary columns (a run with binaries)."""
         return "bin_a" in self._data
+
+    @property
+    def has_se_fields(self) -> bool:
+        """Whether the table carries the stellar-evolution columns (stellar evolution on)."""
+        return "se_tphys" in self._data
 
     def __len__(self) -> int:
         return len(self._data["id"])
@@ -83,7 +90,7 @@ class StarTable:
 
     def saved_dict(self) -> dict[str, np.ndarray]:
         """The fields written to snapshots and checkpoints (with the binary columns if any)."""
-        names = SAVED_FIELDS + (BINARY_NAMES if self.has_binary_fields else ())
+        names = saved_names(self.has_binary_fields, self.has_se_fields)
         return {k: self._data[k] for k in names}
 
     def take(self, index: np.ndarray) -> StarTable:

@@ -13,8 +13,8 @@ IC_STREAM = 2**30
 #: A cluster with fewer objects has dissolved (the step needs a few 20-star blocks).
 MIN_OBJECTS = 40
 #: The parts of the step whose time a run reports (each process books its time in one).
-PARTS = ("potential", "timestep", "relaxation", "encounters", "orbits", "sort", "energy",
-         "diagnostics", "wait")
+PARTS = ("potential", "timestep", "relaxation", "encounters", "stellar_evolution", "orbits",
+         "sort", "energy", "diagnostics", "wait")
 #: Recorded steps over which N_core and r_c/r_h are median-smoothed for the core-collapse stop
 #: (``core_collapse_ncore``): N_core of a core of ~100 stars fluctuates by 10-20 % from one
 #: step to the next (144, 120, 96 in three steps of a 2000-star run), and one low value stopped
@@ -82,7 +82,24 @@ class RunState:
     m_stripped: float = 0.0
     n_stripped: int = 0
     dm_tidal_prev: float = 0.0
+    #: stellar evolution: the change of K + W from the mass it took, the kinetic energy of
+    #: natal kicks, the change of the binaries' internal energy [Hénon energy]; the mass it
+    #: took [Hénon mass] in all and in the last step (the time step's DMse limit)
+    e_se_mass: float = 0.0
+    e_se_kicks: float = 0.0
+    e_se_binding: float = 0.0
+    m_se: float = 0.0
+    dm_se_prev: float = 0.0
 
 
 class StopRun(Exception):
-    """Raised by the step loop when a stop condition holds."""
+    """Raised by the step loop when a stop condition holds.
+
+    ``torn``: raised part-way through a step whose processes have already changed the stars
+    (a stellar-evolution failure): the run then ends without writing its state, so the last
+    checkpoint stays the one to restart from.
+    """
+
+    def __init__(self, message: str, torn: bool = False) -> None:
+        super().__init__(message)
+        self.torn = torn

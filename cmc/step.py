@@ -32,6 +32,7 @@ from cmc.processes.escape import Departures, UnboundRemoval
 from cmc.processes.orbits import NewOrbits
 from cmc.processes.relaxation import Relaxation
 from cmc.processes.sort import Sort
+from cmc.processes.stellar_evolution import StellarEvolution
 from cmc.processes.tidal import TidalStripping
 from cmc.processes.timestep import TimeStep
 from physics import encounters as enc
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 
 #: The processes of a step, in the order they run (docs/architecture.md, "The step").
 STEP_ORDER: tuple[type[Process], ...] = (
-    TimeStep, Relaxation, BinaryEvents, ProductMasses, UnboundRemoval, NewOrbits,
-    TidalStripping, Departures, Sort, EnergyCorrection, Accounting)
+    TimeStep, Relaxation, BinaryEvents, ProductMasses, StellarEvolution, UnboundRemoval,
+    NewOrbits, TidalStripping, Departures, Sort, EnergyCorrection, Accounting)
 
 
 class Step:

@@ -24,13 +24,16 @@ from functools import lru_cache
 
 @lru_cache(maxsize=1)
 def constants() -> dict[str, float]:
-    """G [pc (km/s)^2 / Msun] and the Myr per pc/(km/s), from astropy (set-up only)."""
+    """G [pc (km/s)^2 / Msun], the Myr per pc/(km/s) and the Rsun per pc, from astropy
+    (set-up only)."""
     import astropy.constants as const
     import astropy.units as u
 
     g = const.G.to(u.pc * u.km ** 2 / u.s ** 2 / u.Msun).value
     myr_per_pc_kms = (1.0 * u.pc / (u.km / u.s)).to(u.Myr).value
-    return {"G": float(g), "myr_per_pc_kms": float(myr_per_pc_kms)}
+    rsun_per_pc = (1.0 * u.pc).to(u.Rsun).value
+    return {"G": float(g), "myr_per_pc_kms": float(myr_per_pc_kms),
+            "rsun_per_pc": float(rsun_per_pc)}
 
 
 #: HDF5 attribute names of the conversion factors, with their units.
@@ -72,6 +75,12 @@ class Units:
     def velocity_kms(self) -> float:
         """Velocity unit ``sqrt(G M0 / r_vir)`` [km/s]."""
         return math.sqrt(constants()["G"] * self.mass_msun / self.length_pc)
+
+    @property
+    def length_rsun(self) -> float:
+        """Length unit ``r_vir`` [Rsun] (stellar radii and binary separations of stellar
+        evolution)."""
+        return self.length_pc * constants()["rsun_per_pc"]
 
     @property
     def time_nb_myr(self) -> float:

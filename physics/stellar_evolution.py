@@ -27,7 +27,9 @@ something to say: more than 40 bpp rows, interpolation or iteration limits).
 from __future__ import annotations
 
 import ast
+import copy
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -185,8 +187,9 @@ def apply_flags(flags: Mapping[str, Any]) -> None:
     Keys are COSMIC's ``BSEDict`` names, matched case-insensitively; a missing key takes its
     value from :func:`cosmic_defaults`.  The values are checked with COSMIC's own
     ``cosmic.utils.error_check`` (an invalid ``LBV_flag`` would otherwise kill the process),
-    which also moves ``ecsn``/``ecsn_mlow`` to 2.25/1.6 for ``kickflag`` -1 or -2, as in
-    ``Evolve``.  Also sets ``cmcpass.using_cmc = 0``, ``se_flags.using_sse = 1``,
+    on a copy: unlike ``Evolve``, the given ``ecsn``/``ecsn_mlow`` are kept for ``kickflag``
+    -1 or -2 (``error_check`` moves them to 2.25/1.6 by a rule of COSMIC's kick numbering
+    before 3.5.0).  Also sets ``cmcpass.using_cmc = 0``, ``se_flags.using_sse = 1``,
     ``using_metisse = 0``, all 52 bpp and bcm columns in ``ALL_COLUMNS`` order and
     ``check_dtp = 0``.  Call it once per process, at start and on restart, before
     :func:`evolve`.
@@ -230,7 +233,13 @@ def apply_flags(flags: Mapping[str, Any]) -> None:
                              f"default {merged[name]!r} (got {value!r})")
         merged[name] = value
     checked = {k: (list(v) if isinstance(v, np.ndarray) else v) for k, v in merged.items()}
-    error_check(checked, {"stellar_engine": "sse"})
+    # COSMIC's check refuses bad values; it also moves ecsn/ecsn_mlow to 2.25/1.6 for
+    # kickflag -1 and -2, a rule of its numbering before 3.5.0 (those were Giacobbo &
+    # Mapelli's kicks then; now -1 is the standard kick with the old orbit update, CMC's 0):
+    # the values given are kept, so a configured value is never replaced silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        error_check(copy.deepcopy(checked), {"stellar_engine": "sse"})
     for name, group in names.values():
         try:
             setattr(getattr(_evolvebin, group), name.lower(), checked[name])

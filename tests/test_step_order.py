@@ -41,13 +41,10 @@ def test_step_order_is_the_documented_one():
         assert p.timer in PARTS, p
 
 
-def test_only_the_processes_that_draw_touch_the_streams():
-    """Each process's change of the blocks' generator states over a few steps of a run with
-    binaries and three-body binaries (encounters happen): none for the processes that declare
-    no draws, and some for relaxation, the binary events and the orbits."""
-    cfg = load_config(None, ["initial.n=2000", "initial.seed=5", "initial.binary_fraction=0.1",
-                             "binaries.three_body=all", "run.n_core_stop=0"])
-    sim = Simulation.create(cfg, SerialComm())
+def _stream_changes(sets: list[str], steps: int = 12) -> tuple[dict[str, int], float]:
+    """Per process, in how many of ``steps`` steps it changed the blocks' generator states;
+    and the number of strong encounters."""
+    sim = Simulation.create(load_config(None, sets), SerialComm())
     drew: dict[str, int] = {}
 
     def watch(process) -> None:
@@ -62,10 +59,28 @@ def test_only_the_processes_that_draw_touch_the_streams():
 
     for process in sim.step.processes:
         watch(process)
-    events = 0
-    for _ in range(12):
+    events = 0.0
+    for _ in range(steps):
         d = sim.step()
         events += d["n_binary_single"] + d["n_binary_binary"]
+    return drew, events
+
+
+def test_only_the_processes_that_draw_touch_the_streams():
+    """Each process's change of the blocks' generator states over a few steps of a run with
+    binaries and three-body binaries (encounters happen), and of one with stellar evolution
+    of a Kroupa spectrum (its massive stars are evolved every step): none for the processes
+    that declare no draws, and some for relaxation, the binary events, stellar evolution and
+    the orbits."""
+    drew, events = _stream_changes(["initial.n=2000", "initial.seed=5",
+                                    "initial.binary_fraction=0.1", "binaries.three_body=all",
+                                    "run.n_core_stop=0"])
     assert events > 0  # (the binary events drew)
+    drew_se, _ = _stream_changes(["initial.n=2000", "initial.seed=5", "run.n_core_stop=0",
+                                  "initial.mass_function=kroupa", "bse.stellar_evolution=true"])
+    assert drew_se["StellarEvolution"] > 0
+    assert drew["StellarEvolution"] == 0  # (off)
+    for name, n in drew_se.items():
+        drew[name] = drew.get(name, 0) + n
     declared = {p.__name__: bool(p.draws) for p in STEP_ORDER}
     assert {k for k, v in drew.items() if v} == {k for k, v in declared.items() if v}, drew

@@ -34,6 +34,10 @@ class EscaperTable:
         self.rows: list[dict[str, np.ndarray]] = []
         self.writer: cio.DiagnosticsWriter | None = None
 
+    def columns(self) -> tuple:
+        """The table's columns (:func:`cmc.fields.escaper_columns` for this run's fields)."""
+        return escaper_columns(self.sim.stars.has_binary_fields, self.sim.stars.has_se_fields)
+
     def note(self, rows: dict[str, np.ndarray], r: np.ndarray, e_spec: np.ndarray,
              kind: int | np.ndarray) -> None:
         """Keep the records of objects leaving in this step (local rows, as they left: radius
@@ -43,7 +47,7 @@ class EscaperTable:
         n = len(r)
         rec = {f.name: np.asarray(rows[f.name], dtype=f.dtype) if f.name in rows
                else np.full(n, f.default, dtype=f.dtype)
-               for f in escaper_columns(self.sim.stars.has_binary_fields)}
+               for f in self.columns()}
         rec["r"] = np.asarray(r, dtype=np.float64)
         rec["E"] = np.asarray(e_spec, dtype=np.float64)
         rec["J"] = rec["r"] * rec["vt"]
@@ -53,7 +57,7 @@ class EscaperTable:
     def template(self) -> dict[str, np.ndarray]:
         """Empty columns of the table (its fields with binaries or without)."""
         return {f.name: np.zeros(0, dtype=f.dtype)
-                for f in escaper_columns(self.sim.stars.has_binary_fields)}
+                for f in self.columns()}
 
     def gather(self, n_left: int) -> None:
         """Gather this step's escaper records on rank 0 (collective; runs with an output
@@ -98,7 +102,7 @@ class EscaperTable:
                 raise DamagedFileError(
                     f"{exc}, or move it aside to continue without the escapers up to step "
                     f"{self.sim.state.step}") from None
-        cols = {f.name: f for f in escaper_columns(self.sim.stars.has_binary_fields)}
+        cols = {f.name: f for f in self.columns()}
         self.writer = cio.DiagnosticsWriter(
             path, {"n0": self.sim.state.n0, **self.sim.units.attrs(), **self.sim.provenance()},
             {k: f.unit for k, f in cols.items()}, {k: f.meaning for k, f in cols.items()},

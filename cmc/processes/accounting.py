@@ -11,6 +11,8 @@ import numpy as np
 from cmc.diagnostics import (
     DT_TCROSS_WARN,
     EVENT_COUNTS,
+    SE_COUNTS,
+    SE_SUMS,
     STRUCTURE_SUMS,
     binary_sums,
     central_v2_sums,
@@ -36,10 +38,12 @@ class Accounting(Process):
 
     name = "accounting"
     timer = "diagnostics"
-    reads = "work.esc_parts, counts, counters, beta_stats, p_stats, w_mutual, dm_tidal, dt"
+    reads = ("work.esc_parts, counts, counters, beta_stats, p_stats, se_parts, w_mutual, "
+             "dm_tidal, dt")
     changes = "the run state's energy columns, counters, time and step; the diagnostics row"
     energy = ("E_escaped", "E_binding_escaped", "E_stripped", "E_encounters", "E_three_body",
-              "E_taken", "E_oops", "E_slots", "E_ejected", "E_mergers", "E_integrator")
+              "E_taken", "E_oops", "E_slots", "E_ejected", "E_mergers", "E_integrator",
+              "E_se_mass", "E_se_kicks", "E_se_binding")
 
     def __init__(self, sim: Simulation) -> None:
         super().__init__(sim)
@@ -64,7 +68,8 @@ class Accounting(Process):
             block_sums_of(counters[:, 1]), block_sums_of(beta_stats[:, 0]),
             block_sums_of(beta_stats[:, 1]), esc_parts[:, 3], binary_sums(sim), work.counts,
             block_sums_of(p_stats[:, 0]), block_sums_of(p_stats[:, 1]), esc_parts[:, 4:],
-            central_v2_sums(sim), structure_sums(sim))))
+            central_v2_sums(sim), structure_sums(sim), work.se_parts)))
+        red, se_sums = red[:-len(SE_SUMS)], red[-len(SE_SUMS):]
         red, structure = red[:-STRUCTURE_SUMS], red[-STRUCTURE_SUMS:]
         red, (e_strip, m_strip, n_strip, central_v2) = red[:-4], red[-4:]
         # the set leaving in the orbit step: its mutual energy was counted twice in the
@@ -103,6 +108,12 @@ class Accounting(Process):
                         "binary time step may be too long)", self._n_p1, st.step + 1)
             self._n_p1 = 0
             self._p1_warned = True
+        se_step = dict(zip(SE_SUMS, se_sums, strict=True))
+        st.e_se_mass += se_step["e_se_kinetic"]  # W's change was booked by the process
+        st.e_se_kicks += se_step["e_se_kicks"]
+        st.e_se_binding += se_step["e_se_binding"]
+        st.m_se += se_step["m_se"]
+        st.dm_se_prev = se_step["m_se"]
         st.m_escaped += red[2]
         st.n_escaped += int(round(red[3]))
         st.time += work.dt
@@ -117,6 +128,8 @@ class Accounting(Process):
                  "T_bs": work.t_bs, "T_bb": work.t_bb,
                  "n_binary_pairs": red[-2], "n_p_over_1": n_p1,
                  **{k: ev[k] for k in EVENT_COUNTS}}
+        if sim.stars.has_se_fields:
+            extra.update({k: se_step[k] for k in SE_COUNTS})
         d = diagnostics_row(sim, record=True, extra=extra, kinetic=float(red[0]),
                             binaries=(float(red[9]), float(red[10])),
                             central_v2=float(central_v2), structure=structure)

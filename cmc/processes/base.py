@@ -64,6 +64,8 @@ class StepWork:
     dm_tidal: float = 0.0
     #: per segment: (e, m, n, binding) of the escapers and (e, m, n) of the stripped
     esc_parts: np.ndarray | None = None
+    #: per segment: stellar evolution's sums (:data:`cmc.processes.stellar_evolution.SE_SUMS`)
+    se_parts: np.ndarray | None = None
     #: the rows the sort keeps (None: all)
     keep_rows: np.ndarray | None = None
     #: the radii before the sort (global order) and the ranks' rows of them

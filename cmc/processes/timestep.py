@@ -34,11 +34,12 @@ class TimeStep(Process):
     """dt = (2 theta_max / pi)^2 min T_rel over ``run.dt_window``-star windows, at most
     ``binaries.dt_fraction_bs`` T_bs and ``dt_fraction_bb`` T_bb (paper eqs 9-10), at most
     ``run.dt_growth_max`` times the last, and short enough for the tidal mass loss
-    (``tidal.dm_fraction_max``)."""
+    (``tidal.dm_fraction_max``) and for stellar evolution's (``bse.dt_mass_fraction``)."""
 
     name = "time step"
     timer = "timestep"
-    reads = "radii, masses, speeds; the central binaries; the last step's dt and stripped mass"
+    reads = ("radii, masses, speeds; the central binaries; the last step's dt, stripped mass "
+             "and mass taken by stellar evolution")
     changes = "work.dt, coulomb_ratio, t_bs, t_bb, binary_limited"
     draws = ""
 
@@ -71,6 +72,10 @@ class TimeStep(Process):
             dt = min(dt, cfg.dt_growth_max * st.dt_prev)
         dt = tidal_mass_loss_timestep(dt, st.dt_prev, st.dm_tidal_prev, st.m0,
                                       sim.cfg.tidal.dm_fraction_max)
+        if sim.stars.has_se_fields:
+            dt = stellar_mass_loss_timestep(dt, st.dt_prev, st.dm_se_prev,
+                                            float(sim.mcum_all[-1]),
+                                            sim.cfg.bse.dt_mass_fraction)
         if not math.isfinite(dt) or dt <= 0.0:
             raise StopRun("time step is not finite (too few stars?)")
         work.dt, work.coulomb_ratio = dt, coulomb_ratio
@@ -153,3 +158,17 @@ class TimeStep(Process):
                                        a2_sum / n_b, ma_sum / n_b, b.x_bb)
         return t_bs, t_bb
 
+
+
+def stellar_mass_loss_timestep(dt: float, dt_prev: float, dm_prev: float, m_total: float,
+                               fraction: float) -> float:
+    """CMC's stellar-evolution limit (``DMse``, cmc_evolution_thr.c): the step is at most
+    ``fraction M dt_prev / dm_prev``, so that stellar evolution takes at most about
+    ``fraction`` of the cluster mass ``M`` per step at the last step's rate (``dm_prev`` taken
+    in ``dt_prev``).  CMC-COSMIC's factor is 0.1 x 0.01 = 1e-3; it resets DMse before it is
+    read (cmc.c), so there the limit never acts; here it does.  Off for ``fraction = 0``, in
+    the first step and when nothing was lost.
+    """
+    if fraction <= 0.0 or dt_prev <= 0.0 or dm_prev <= 0.0:
+        return dt
+    return min(dt, fraction * m_total * dt_prev / dm_prev)

@@ -1,0 +1,492 @@
+"""Stellar evolution in the step: every object whose BSE state is due is evolved with COSMIC's
+``evolv2`` (:mod:`physics.stellar_evolution`) to the end of the step; its mass changes go into
+the potential, natal kicks into its velocity, and binaries that BSE disrupts or merges come
+back as singles, as CMC-COSMIC's ``do_stellar_evolution`` does.
+
+Unlike CMC-COSMIC, not every object is evolved every step: each object carries ``se_t_next``,
+the time by which its state can have changed by more than ``bse.tolerance``
+(:func:`physics.stellar_evolution.next_call_times`), and only the objects due are called.  A
+main-sequence star's state is a function of its age, so evolving it late is exact (COSMIC's
+single-star tracks are analytic on the main sequence).
+
+Energy: the mass an object loses leaves with the object's velocity; the change of K + W this
+makes is booked in ``E_se_mass`` (W exactly, over every rank's changed shells), the kinetic
+energy of natal kicks in ``E_se_kicks``, and the change of the binaries' internal energy
+(mass transfer, winds, kicks, disruptions, mergers) in ``E_se_binding``; ``E_tot`` takes the
+three off, so it stays conserved.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cmc.diagnostics import SE_COUNTS, SE_SUMS
+from cmc.fields import FIELD_BY_NAME
+from cmc.processes.base import Process, StepWork
+from cmc.replicated import update_slot_masses
+from cmc.stars import StarTable
+from cmc.state import StopRun
+from parallel.rng import fill_uniform
+from physics import encounters as enc
+from physics import stellar_evolution as se
+from physics.binaries import binding_energy
+
+if TYPE_CHECKING:
+    from cmc.simulation import Simulation
+
+log = logging.getLogger("cmc.simulation")
+
+#: Uniforms each evolved object draws from its block's sub-stream: BSE's seed and the
+#: azimuth of the kick in the plane of the transverse velocity (as CMC's vt_add_kick).
+DRAWS_PER_OBJECT = 2
+#: Seeds of COSMIC's ran3: 1 .. 2^31 - 2.
+_SEED_SPAN = 2 ** 31 - 3
+#: A product row of a binary process that must be evolved in this step (se_t_next < 0).
+DUE_NOW = -1.0
+
+
+def _member_names(j: int) -> dict[str, str]:
+    """Star-table field of each BSE quantity of a single (j = 0) or binary member j."""
+    names = {"kstar": "startype", "mass": "m_msun", "rad": "rad"} if j == 0 else {
+        "kstar": f"bin_startype{j}", "mass": f"bin_m{j}_msun", "rad": f"bin_rad{j}"}
+    for q in se.MEMBER_QUANTITIES:
+        names[q] = se.single_field(q) if j == 0 else se.member_field(q, j)
+    return names
+
+
+SINGLE = _member_names(0)
+MEMBER = (_member_names(1), _member_names(2))
+
+
+def batch_of(fields: dict[str, np.ndarray], rows: np.ndarray, length_rsun: float,
+             seeds: np.ndarray) -> se.Batch:
+    """The BSE state of the objects at ``rows`` of the table: a single star in slot 0 with a
+    massless companion in slot 1, a binary's members in slots 0 and 1 (separation in Rsun
+    from ``bin_a``)."""
+    n = rows.size
+    binary = fields["binind"][rows] >= 0 if "bin_a" in fields else np.zeros(n, bool)
+    kstar = np.zeros((n, 2), dtype=np.int32)
+    kstar[:, 1] = 15
+    mass = np.zeros((n, 2))
+    rad = np.zeros((n, 2))
+    q = {name: np.zeros((n, 2)) for name in se.MEMBER_QUANTITIES}
+    cols = {"kstar": kstar, "mass": mass, "rad": rad, **q}
+    single = ~binary
+    for key, col in cols.items():
+        col[single, 0] = fields[SINGLE[key]][rows[single]]
+        if binary.any():
+            for j in (0, 1):
+                col[binary, j] = fields[MEMBER[j][key]][rows[binary]]
+    sep = np.zeros(n)
+    ecc = np.zeros(n)
+    if binary.any():
+        sep[binary] = fields["bin_a"][rows[binary]] * length_rsun
+        ecc[binary] = fields["bin_e"][rows[binary]]
+    return se.Batch(kstar=kstar, mass=mass, rad=rad, q=q,
+                    tphys=np.array(fields["se_tphys"][rows], dtype=np.float64), sep=sep,
+                    ecc=ecc, seed=seeds.astype(np.int64))
+
+
+def _write_member(out: dict, row: int | None, names: dict[str, str], batch: se.Batch, b: int,
+                  j: int) -> None:
+    """Member ``j`` of batch object ``b`` into the fields ``names`` of ``out``: a record
+    (``row`` None) or the table's columns at ``row``."""
+    for key, name in names.items():
+        v = batch_column(batch, key)[b, j]
+        if row is None:
+            out[name] = v.item()
+        else:
+            out[name][row] = v
+
+
+def _as_single(rec: dict, sid: int) -> dict:
+    """``rec`` made a single star (binary columns at their defaults), keeping its orbit."""
+    out = dict(rec)
+    out["id"] = sid
+    out["binind"] = -1
+    for k in out:
+        if k.startswith("bin_"):
+            out[k] = FIELD_BY_NAME[k].default
+    return out
+
+
+class StellarEvolution(Process):
+    """BSE for the objects due (``se_t_next`` at or before the step's end, and the products of
+    this step's binary processes), in row order; mass changes into the potential of every
+    rank (one Allgatherv), kicks into the velocities, disrupted and merged binaries back as
+    singles."""
+
+    name = "stellar evolution"
+    timer = "stellar_evolution"
+    reads = ("the BSE state of the objects due (se_t_next <= the step's end); work.gidx, "
+             "block_start, dt")
+    changes = ("the BSE state, masses, speeds, binaries (a, e, disrupted, merged) of the "
+               "objects evolved; m_all, phi_all, mcum_all; work.gidx, block_start, se_parts")
+    draws = ("block sub-stream, after the binary events': per object evolved, in row order, "
+             "2 uniforms (BSE's seed, the kick's azimuth)")
+    energy = ("E_se_mass", "E_se_kicks", "E_se_binding")
+    counters = SE_COUNTS
+    wait_after = True
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__(sim)
+        self.on = sim.stars.has_se_fields
+        if self.on:  # BSE's flags live in the process's common blocks: set them here
+            from cmc.bse_config import bse_flags
+
+            se.apply_flags(bse_flags(sim.cfg.bse))
+
+    def run(self, work: StepWork) -> None:
+        sim = self.sim
+        nseg = work.seg_blocks.size - 1
+        work.se_parts = np.zeros((nseg, len(SE_SUMS)))
+        if not self.on:
+            return
+        st = sim.state
+        fields = sim.stars.as_dict()
+        t_end = sim.units.rel_to_myr(st.time + work.dt)
+        due = np.flatnonzero(fields["se_t_next"] <= t_end)
+        due = due[fields["se_tphys"][due] < t_end]
+        # each row's block (rows of a block are contiguous: block_start)
+        block_of = np.searchsorted(work.block_start, due, side="right") - 1
+        u = np.empty((due.size, DRAWS_PER_OBJECT))
+        for b in np.unique(block_of):  # blocks in order, their rows in order
+            k = np.flatnonzero(block_of == b)
+            draws = np.empty(k.size * DRAWS_PER_OBJECT)
+            fill_uniform(work.states, int(b), draws)
+            u[k] = draws.reshape(k.size, DRAWS_PER_OBJECT)
+        seeds = 1 + np.floor(u[:, 0] * _SEED_SPAN).astype(np.int64)
+        # a single of type 15 (a merger BSE destroyed in an encounter) has nothing to evolve
+        single = fields["binind"][due] < 0
+        void = single & (fields["startype"][due] == se.MASSLESS)
+        call = due[~void]
+        batch = batch_of(fields, call, sim.units.length_rsun, seeds[~void])
+        t_prev = batch.tphys.copy()
+        error = None
+        result = None
+        try:
+            result = se.evolve(batch, t_end, st.metallicity, sim.cfg.bse.pts1_highmass_cutoff)
+        except se.StellarEvolutionError as exc:
+            row = call[exc.index]
+            error = (f"stellar evolution failed for object id {int(fields['id'][row])} at "
+                     f"t = {t_end:.6g} Myr (step {st.step + 1}): {exc}")
+        errors = [e for e in sim.comm.allgather(error) if e]
+        if errors:
+            for e in errors:
+                log.error("%s", e)
+            raise StopRun(f"stellar evolution failed: {errors[0]}", torn=True)
+        t_next = se.next_call_times(batch, result, t_prev, t_end, sim.cfg.bse.tolerance)
+        index = np.full(due.size, -1, dtype=np.int64)  # each due row's object in the batch
+        index[~void] = np.arange(call.size)
+        self._write_back(work, due, block_of, index, batch, result, t_next, u[:, 1])
+
+    def _write_back(self, work: StepWork, due: np.ndarray, block_of: np.ndarray,
+                    index: np.ndarray, batch: se.Batch, result, t_next: np.ndarray,
+                    azimuth_u: np.ndarray) -> None:
+        """The evolved states into the table, the masses into the potential, the energies
+        into ``work.se_parts``."""
+        sim = self.sim
+        units = sim.units
+        fields = dict(sim.stars.as_dict())  # written in place (few rows)
+        has_bin = "bin_a" in fields
+        m_unit = units.mass_msun
+        v_unit = units.velocity_kms
+        seg_of = np.searchsorted(work.seg_blocks, block_of, side="right") - 1
+        parts = work.se_parts
+        col = {name: SE_SUMS.index(name) for name in SE_SUMS}
+        n = fields["m"].size
+        keep = np.ones(n, dtype=bool)
+        extras: list[tuple[int, dict]] = []  # (row it follows, record)
+        changed_rows: list[int] = []
+        for k, row in enumerate(due):
+            row = int(row)
+            p = parts[seg_of[k]]
+            b = int(index[k])
+            p[col["n_se_evolved"]] += 1
+            binary = has_bin and fields["binind"][row] >= 0
+            m_old = float(fields["m"][row])
+            v2_old = float(fields["vr"][row] ** 2 + fields["vt"][row] ** 2)
+            eb_old = float(binding_energy(fields["bin_m1"][row], fields["bin_m2"][row],
+                                          fields["bin_a"][row])) if binary else 0.0
+            # a product of this step's binary processes: its mass from BSE's, whatever
+            # the dynamics summed
+            product = fields["se_t_next"][row] < 0.0
+            changed_rows.append(row)
+            if b < 0 or result.outcome[b] == se.DESTROYED:
+                keep[row] = False
+                p[col["n_se_destroyed"]] += 1
+                p[col["m_se"]] += m_old
+                p[col["e_se_kinetic"]] -= 0.5 * m_old * v2_old
+                p[col["e_se_binding"]] -= eb_old
+                continue
+            p[col["n_supernovae"]] += int(np.count_nonzero(result.supernova[b]))
+            fields["se_tphys"][row] = batch.tphys[b]
+            fields["se_t_next"][row] = t_next[b]
+            psi = 2.0 * math.pi * azimuth_u[k]
+            if result.outcome[b] == se.EVOLVED:
+                self._update_object(fields, row, batch, b, binary, m_unit, units.length_rsun,
+                                    product)
+                m_new = float(fields["m"][row])
+                p[col["m_se"]] += m_old - m_new
+                p[col["e_se_kinetic"]] += 0.5 * (m_new - m_old) * v2_old
+                dv = result.dv[b, 0] / v_unit
+                if np.any(dv != 0.0):
+                    vr, vt = _kicked(fields["vr"][row], fields["vt"][row], psi, dv)
+                    p[col["e_se_kicks"]] += 0.5 * m_new * (vr * vr + vt * vt - v2_old)
+                    fields["vr"][row], fields["vt"][row] = vr, vt
+                if binary:
+                    p[col["e_se_binding"]] += float(binding_energy(
+                        fields["bin_m1"][row], fields["bin_m2"][row],
+                        fields["bin_a"][row])) - eb_old
+                continue
+            # a binary disrupted (two singles, each with its kick) or merged (one left)
+            recs = self._split(fields, row, batch, b, m_unit)
+            p[col["n_se_disrupted" if len(recs) == 2 else "n_se_mergers"]] += 1
+            p[col["e_se_binding"]] -= eb_old
+            m_new = sum(float(r["m"]) for _, r in recs)
+            p[col["m_se"]] += m_old - m_new
+            p[col["e_se_kinetic"]] += 0.5 * (m_new - m_old) * v2_old
+            for j, rec in recs:
+                dv = result.dv[b, j] / v_unit
+                if np.any(dv != 0.0):
+                    rec["vr"], rec["vt"] = _kicked(rec["vr"], rec["vt"], psi, dv)
+                p[col["e_se_kicks"]] += 0.5 * float(rec["m"]) * (
+                    rec["vr"] ** 2 + rec["vt"] ** 2 - v2_old)
+            for name in fields:
+                fields[name][row] = recs[0][1][name]
+            if len(recs) == 2:
+                extras.append((row, recs[1][1]))
+        gidx, block_start = work.gidx, work.block_start
+        if extras or not keep.all():
+            fields, gidx, block_start = _relayout(fields, keep, extras, gidx, block_start)
+            if work.slots is None:  # rows no longer one per slot (escape.remove_unbound)
+                work.slots = np.zeros(0, dtype=np.int64)
+        slots = np.unique(work.gidx[np.array(changed_rows, dtype=np.int64)])
+        slot_mass = enc.slot_masses(slots, gidx, fields["m"])
+        dm = slot_mass - sim.m_all[slots]
+        moved = dm != 0.0
+        changes = np.column_stack((np.zeros(int(moved.sum())), slots[moved], dm[moved]))
+        _, all_changes, _ = update_slot_masses(sim, slots[moved], slot_mass[moved],
+                                               changes=changes)
+        sim.state.e_se_mass += shell_energy_change(all_changes, sim.r_all, sim.phi_all,
+                                                   sim.m_all)
+        sim.stars = StarTable(fields)
+        work.gidx, work.block_start = gidx, block_start
+
+    def _update_object(self, fields: dict, row: int, batch: se.Batch, b: int, binary: bool,
+                       m_unit: float, length_rsun: float, product: bool) -> None:
+        """An object that stays what it was (a single star, or a bound binary); its Hénon
+        mass follows BSE's where BSE's changed (or for a product of this step)."""
+        if binary:
+            old = (fields["bin_m1_msun"][row], fields["bin_m2_msun"][row])
+            for j in (0, 1):
+                _write_member(fields, row, MEMBER[j], batch, b, j)
+                if product or fields[f"bin_m{j + 1}_msun"][row] != old[j]:
+                    fields[f"bin_m{j + 1}"][row] = fields[f"bin_m{j + 1}_msun"][row] / m_unit
+            fields["bin_a"][row] = float(batch.sep[b]) / length_rsun
+            fields["bin_e"][row] = float(batch.ecc[b])
+            fields["m"][row] = fields["bin_m1"][row] + fields["bin_m2"][row]
+            fields["m_msun"][row] = fields["bin_m1_msun"][row] + fields["bin_m2_msun"][row]
+            return
+        old = fields["m_msun"][row]
+        _write_member(fields, row, SINGLE, batch, b, 0)
+        if product or fields["m_msun"][row] != old:
+            fields["m"][row] = fields["m_msun"][row] / m_unit
+
+    def _split(self, fields: dict, row: int, batch: se.Batch, b: int,
+               m_unit: float) -> list[tuple[int, dict]]:
+        """The singles a binary leaves: [(member slot, record)], two if disrupted, one if the
+        members merged (or one was destroyed)."""
+        rec = {name: col[row] for name, col in fields.items()}
+        out = []
+        for j in (0, 1):
+            if batch.mass[b, j] <= 0.0:
+                continue
+            single = _as_single(rec, int(rec[f"bin_id{j + 1}"]))
+            _write_member(single, None, SINGLE, batch, b, j)
+            single["m"] = single["m_msun"] / m_unit
+            out.append((j, single))
+        return out
+
+
+def _kicked(vr: float, vt: float, psi: float, dv: np.ndarray) -> tuple[float, float]:
+    """(vr, vt) after a kick ``dv`` (Hénon velocity; components: two transverse, radial),
+    the transverse velocity at azimuth ``psi`` in its plane (CMC's vt_add_kick)."""
+    x = vt * math.cos(psi) + float(dv[0])
+    y = vt * math.sin(psi) + float(dv[1])
+    return float(vr) + float(dv[2]), math.hypot(x, y)
+
+
+def _relayout(fields: dict, keep: np.ndarray, extras: list[tuple[int, dict]],
+              gidx: np.ndarray, block_start: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The table without the destroyed rows and with each extra row right after the row it
+    came from (same slot, same block); the rows' slots and the blocks' first rows."""
+    n = keep.size
+    after = np.array([r for r, _ in extras], dtype=np.int64)
+    row_block = np.searchsorted(block_start, np.arange(n), side="right") - 1
+    at = np.searchsorted(np.flatnonzero(keep), after, side="right")
+    out = {}
+    for name, arr in fields.items():
+        col = arr[keep]
+        if extras:
+            col = np.insert(col, at, np.array([rec[name] for _, rec in extras],
+                                               dtype=arr.dtype))
+        out[name] = col
+    new_gidx = gidx[keep]
+    blocks = row_block[keep]
+    if extras:
+        new_gidx = np.insert(new_gidx, at, gidx[after])
+        blocks = np.insert(blocks, at, row_block[after])
+    nb = block_start.size - 1
+    return out, new_gidx, np.searchsorted(blocks, np.arange(nb + 1)).astype(np.int64)
+
+
+def shell_energy_change(changes: np.ndarray, r_all: np.ndarray, phi_all: np.ndarray,
+                        m_all: np.ndarray) -> float:
+    """Exact change of the shells' pair energy ``W = -sum m_a m_b / max(r_a, r_b)`` from mass
+    changes ``dm`` at slots, given the potential and masses after them.
+
+    With ``phi'`` the new potential (own shell included) and ``m'`` the new masses,
+    ``dW = sum_g dm_g (phi'_g + m'_g / r_g) + sum_{a<b} dm_a dm_b / max(r_a, r_b)``.  Every
+    rank holds the same gathered rows and replicated arrays, so every rank gets the same bits.
+
+    Parameters
+    ----------
+    changes : ndarray, shape (k, 3)
+        Rows (key, slot, mass change) of all ranks (:func:`cmc.replicated.update_slot_masses`).
+    r_all, phi_all, m_all : ndarray
+        Replicated radii, potential and masses after the change.
+    """
+    if changes.shape[0] == 0:
+        return 0.0
+    slot = changes[:, 1].astype(np.int64)
+    order = np.argsort(slot, kind="stable")
+    g = slot[order]
+    dm = changes[order, 2]
+    r = r_all[g]
+    own = float(np.sum(dm * (phi_all[g] + m_all[g] / r)))
+    before = np.cumsum(dm) - dm  # changes at smaller radii (slots are in radial order)
+    return own + float(np.sum(dm * before / r))
+
+
+def zero_age_state(stars: dict[str, np.ndarray], z: float, length_rsun: float,
+                   pts1_highmass_cutoff: float, tolerance: float) -> None:
+    """Give an initial model its stellar-evolution columns: every star at zero age (type 0
+    below 0.7 Msun, else 1, as CMC-COSMIC; BSE's initial and ZAMS mass its mass), evolved
+    over 1e-6 Myr by BSE to set its radius, luminosity and main-sequence time (CMC-COSMIC's
+    stellar_evolution_init), and scheduled.  Runs on the global table (rank 0); BSE's seed
+    is the object's id, so the set-up draws nothing from the streams.
+
+    A file's stellar types other than 0 and 1 (a star that is not on the zero-age main
+    sequence) carry no BSE history (initial mass, epoch): refused.
+    """
+    from cmc.fields import SE_BINARY_FIELDS, SE_FIELDS, STAR_FIELDS
+
+    n = stars["m"].size
+    has_bin = "bin_a" in stars
+    for f in STAR_FIELDS:  # a model's table may leave fields at their defaults out
+        if f.name not in stars:
+            stars[f.name] = np.full(n, f.default, dtype=f.dtype)
+    for f in SE_FIELDS + (SE_BINARY_FIELDS if has_bin else ()):
+        stars[f.name] = np.full(n, f.default, dtype=f.dtype)
+    binary = stars["binind"] >= 0 if has_bin else np.zeros(n, dtype=bool)
+    for names, sel in ((SINGLE, ~binary),) + tuple((MEMBER[j], binary) for j in (0, 1)):
+        if not sel.any():
+            continue
+        kstar = stars[names["kstar"]]
+        given = sel & (kstar != 1)
+        bad = given & (kstar != 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"object id {int(stars['id'][i])} starts with stellar type "
+                             f"{int(kstar[i])}: stellar evolution starts from the zero-age "
+                             "main sequence (types 0 and 1)")
+        mass = stars[names["mass"]]
+        if np.any(mass[sel] <= 0.0):
+            raise ValueError("stellar evolution needs every star's mass in Msun (m_msun > 0)")
+        kstar[sel] = np.where(mass[sel] <= 0.7, 0, 1)
+        stars[names["mass0"]][sel] = mass[sel]
+        stars[names["zams"]][sel] = mass[sel]
+    rows = np.arange(n)
+    seeds = 1 + np.asarray(stars["id"], dtype=np.int64) % _SEED_SPAN
+    batch = batch_of(stars, rows, length_rsun, seeds)
+    result = se.evolve(batch, 1e-6, z, pts1_highmass_cutoff)
+    # a binary BSE disrupts or merges at once (members in contact) keeps its zero-age state
+    # and is evolved in the first step, where the products enter the table
+    ok = result.outcome == se.EVOLVED
+    for key in SINGLE:
+        sel = ok & ~binary
+        stars[SINGLE[key]][sel] = batch_column(batch, key)[sel, 0]
+        if has_bin:
+            sel = ok & binary
+            for j in (0, 1):
+                stars[MEMBER[j][key]][sel] = batch_column(batch, key)[sel, j]
+    if has_bin:
+        stars["m_msun"][binary] = stars["bin_m1_msun"][binary] + stars["bin_m2_msun"][binary]
+    stars["se_tphys"][:] = np.where(ok, batch.tphys, 0.0)
+    stars["se_t_next"][:] = np.where(ok, se.next_call_times(batch, result, np.zeros(n), 1e-6,
+                                                            tolerance), DUE_NOW)
+
+
+def batch_column(batch: se.Batch, key: str) -> np.ndarray:
+    """A member quantity of a batch, shape (n, 2)."""
+    return getattr(batch, key) if key in ("kstar", "mass", "rad") else batch.q[key]
+
+
+def start_stellar_evolution(stars: dict[str, np.ndarray], cfg, info: dict) -> None:
+    """:func:`zero_age_state` for a new run's global table (rank 0), with the run's flags,
+    metallicity (the model's, else ``bse.metallicity``) and length unit."""
+    from cmc.bse_config import bse_flags
+    from cmc.units import constants
+
+    se.apply_flags(bse_flags(cfg.bse))
+    z = float(info.get("metallicity", 0.0)) or cfg.bse.metallicity
+    info["metallicity"] = z  # the run's Z, kept in its state and outputs
+    length_rsun = float(info["scale"][1]) * constants()["rsun_per_pc"]
+    zero_age_state(stars, z, length_rsun, cfg.bse.pts1_highmass_cutoff, cfg.bse.tolerance)
+
+
+class MergeRule:
+    """``BinaryPhysics.merge_stars`` of a run with stellar evolution: the product of two stars
+    that touch in a few-body encounter, made by BSE
+    (:func:`physics.stellar_evolution.merge_pair`) at the start of the step from the parts'
+    member dicts (:mod:`physics.encounter_events`).  A merger draws nothing from the streams
+    (BSE's seed is a function of the parts' masses).  A kick BSE gives the product (a
+    supernova during the merger) is left out and logged: the product is evolved again in the
+    same step."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def __call__(self, parts: list[dict]) -> dict | None:
+        sim = self.sim
+        t = max(sim.units.rel_to_myr(sim.state.time),
+                *(float(p["se_tphys"]) for p in parts))
+        # the seed: a function of the parts' masses (their bits), the same on every rank
+        bits = np.array([float(p["m_msun"]) for p in parts]).view(np.uint64)
+        seed = 1 + int(np.bitwise_xor.reduce(bits) % np.uint64(_SEED_SPAN))
+        q = {name: np.array([float(p[name]) for p in parts]) for name in se.MEMBER_QUANTITIES}
+        out = se.merge_pair(np.array([int(p["startype"]) for p in parts], dtype=np.int32),
+                            np.array([float(p["m_msun"]) for p in parts]),
+                            np.array([float(p["rad"]) for p in parts]), q, t,
+                            sim.state.metallicity, seed, sim.cfg.bse.pts1_highmass_cutoff)
+        if out is None:
+            return None
+        if np.any(out["dv"] != 0.0):
+            log.info("a merger product got a kick of %.3g km/s from BSE (not applied)",
+                     float(np.linalg.norm(out["dv"])))
+        return {"m_msun": out["mass"], "rad": out["rad"], "startype": out["kstar"],
+                "se_tphys": out["tphys"], **{name: out[name] for name in se.MEMBER_QUANTITIES}}
+
+
+def binary_physics_settings(sim: Simulation) -> dict:
+    """What stellar evolution sets in the run's :class:`physics.encounters.BinaryPhysics`:
+    stellar radii as sticky spheres (one Rsun in the cluster's length unit) and the merger
+    rule; nothing in runs without it (point masses)."""
+    if not sim.cfg.bse.stellar_evolution:
+        return {}
+    return {"radius_unit": 1.0 / sim.units.length_rsun, "merge_stars": MergeRule(sim)}
