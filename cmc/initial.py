@@ -162,8 +162,15 @@ def check_memory(cfg: Config, ranks: int = 1, available: float | None = None) ->
         available = available_memory()
     if available is None:
         return
-    binaries = cfg.initial.binary_fraction > 0.0 or cfg.binaries.three_body == "all"
+    se = cfg.bse.stellar_evolution
+    binaries = cfg.initial.binary_fraction > 0.0 or cfg.binaries.three_body == "all" or (
+        se and cfg.binaries.three_body == "bh")
     per = (SETUP_BYTES_PER_OBJECT if ranks > 1 else RUN_BYTES_PER_OBJECT)[int(binaries)]
+    if se:  # its columns, estimated (not measured) as held four times at the peak: the
+        # table, the sort's records and their send and receive buffers
+        from cmc.fields import SE_BINARY_FIELDS, SE_FIELDS
+
+        per += 4 * 8 * (len(SE_FIELDS) + (len(SE_BINARY_FIELDS) if binaries else 0))
     need = RUNTIME_BYTES + per * float(cfg.initial.n)
     if need > available:
         what = "rank 0 of an MPI run needs" if ranks > 1 else "the run needs"
