@@ -10,10 +10,11 @@ main-sequence star's state is a function of its age, so evolving it late is exac
 single-star tracks are analytic on the main sequence).
 
 Energy: the mass an object loses leaves with the object's velocity; the change of K + W this
-makes is booked in ``E_se_mass`` (W exactly, over every rank's changed shells), the kinetic
-energy of natal kicks in ``E_se_kicks``, and the change of the binaries' internal energy
-(mass transfer, winds, kicks, disruptions, mergers) in ``E_se_binding``; ``E_tot`` takes the
-three off, so it stays conserved.
+makes is booked in ``E_se_mass`` (W exactly, over every rank's changed shells, with the pair
+energy of rows that share a slot: a disrupted binary's two singles, the products of this
+step's encounters), the kinetic energy of natal kicks in ``E_se_kicks``, and the change of
+the binaries' internal energy (mass transfer, winds, kicks, disruptions, mergers) in
+``E_se_binding``; ``E_tot`` takes the three off, so it stays conserved.
 """
 
 from __future__ import annotations
@@ -202,6 +203,11 @@ class StellarEvolution(Process):
         keep = np.ones(n, dtype=bool)
         extras: list[tuple[int, dict]] = []  # (row it follows, record)
         changed_rows: list[int] = []
+        # rows that share a slot (products of this step's binary processes, the singles of a
+        # disrupted binary) have a pair energy the slots' masses do not hold: its change is
+        # booked with the shells' (see _slot_pair_energies)
+        touched = np.unique(work.gidx[due])
+        pairs_before = _slot_pair_energies(touched, work.gidx, fields["m"], sim.r_all)
         for k, row in enumerate(due):
             row = int(row)
             p = parts[seg_of[k]]
@@ -274,6 +280,11 @@ class StellarEvolution(Process):
                                                changes=changes)
         sim.state.e_se_mass += shell_energy_change(all_changes, sim.r_all, sim.phi_all,
                                                    sim.m_all)
+        d_pairs = _slot_pair_energies(touched, gidx, fields["m"], sim.r_all) - pairs_before
+        if np.any(d_pairs != 0.0):  # a slot's rows are in one block: its segment's part
+            seg = dict(zip(work.gidx[due].tolist(), seg_of.tolist(), strict=True))
+            for k in np.flatnonzero(d_pairs != 0.0):
+                parts[seg[int(touched[k])], col["e_se_kinetic"]] += d_pairs[k]
         sim.stars = StarTable(fields)
         work.gidx, work.block_start = gidx, block_start
 
@@ -343,6 +354,33 @@ def _relayout(fields: dict, keep: np.ndarray, extras: list[tuple[int, dict]],
         blocks = np.insert(blocks, at, row_block[after])
     nb = block_start.size - 1
     return out, new_gidx, np.searchsorted(blocks, np.arange(nb + 1)).astype(np.int64)
+
+
+def _slot_pair_energies(slots: np.ndarray, gidx: np.ndarray, m: np.ndarray,
+                        r_all: np.ndarray) -> np.ndarray:
+    """Pair energy ``-sum_{a<b} m_a m_b / r_g`` of the rows at each of the sorted ``slots``
+    (``gidx`` each row's slot): 0 at a slot of one row.  Shells at one radius interact
+    with ``1 / max(r_a, r_b) = 1 / r_g``, as the orbits and the escape see them (each row's
+    potential leaves out its own mass only), and as the sort's one row per slot then has it
+    in ``W``; the replicated arrays hold a slot's rows as one shell without it.  The rows
+    are summed in row order."""
+    out = np.zeros(slots.size)
+    if slots.size == 0:
+        return out
+    top = int(slots[-1]) + 1
+    listed = np.zeros(top + 1, dtype=bool)
+    listed[slots] = True
+    rows = np.flatnonzero(listed[np.minimum(gidx, top)])
+    at = np.searchsorted(slots, gidx[rows])
+    shared = np.flatnonzero(np.bincount(at, minlength=slots.size) > 1)
+    for k in shared:  # few: a loop over their rows
+        ms = m[rows[at == k]]
+        e = 0.0
+        for a in range(ms.size):
+            for b in range(a + 1, ms.size):
+                e -= float(ms[a]) * float(ms[b])
+        out[k] = e / float(r_all[slots[k]])
+    return out
 
 
 def shell_energy_change(changes: np.ndarray, r_all: np.ndarray, phi_all: np.ndarray,
