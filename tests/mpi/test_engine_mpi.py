@@ -37,10 +37,11 @@ def _cfg(p_emul: int, n: int = 2000, steps: int = 50, binaries: float = 0.0,
                               f"initial.binary_fraction={binaries}", *extra])
 
 
-def _run_and_emulation(world, steps: int, prepare=None, **cfg):
+def _run_and_emulation(world, steps: int, prepare=None, prepare_emulation=None, **cfg):
     """``steps`` steps on ``world`` and, on rank 0, of its serial emulation (``_cfg(**cfg)``):
     ``(stars, diagnostics)`` of the run, then of the emulation (None on the other ranks).
-    ``prepare(sim)`` sees the parallel run before its first step."""
+    ``prepare(sim)`` sees the parallel run before its first step, ``prepare_emulation(sim)``
+    the emulation."""
     p = world.size
     sim = Simulation.create(_cfg(0, **cfg), world)
     if prepare is not None:
@@ -52,6 +53,8 @@ def _run_and_emulation(world, steps: int, prepare=None, **cfg):
     ser = ser_diag = None
     if world.rank == 0:  # the serial emulation of p ranks, computed on rank 0
         emu = Simulation.create(_cfg(p if p > 1 else 0, **cfg), SerialComm())
+        if prepare_emulation is not None:
+            prepare_emulation(emu)
         for _ in range(steps):
             emu.step()
         ser = emu.gather_stars()
@@ -99,6 +102,54 @@ def test_parallel_run_equals_serial_emulation(world, binaries, tidal):
         assert n_enc >= 5  # the comparison covers encounters
     if tidal:
         assert n_strip >= 100  # and stripping
+
+
+def test_stellar_evolution_equals_serial_emulation(world, monkeypatch):
+    """Stellar evolution (Kroupa 0.08-100 Msun, 10 % binaries, N = 1500, seed 5) with the
+    massive stars aged to explode in the first step (tests/test_stellar_evolution_run.py's
+    plan, made on rank 0 and applied by object id on every rank and in the emulation):
+    supernovae, kicks, a binary disrupted by its member's kick (its two singles in one
+    slot), kicked remnants leaving, then winds and the scheduler over 10 steps.  The P-rank
+    run equals its serial emulation bit for bit: the stars with every BSE column, and every
+    diagnostics column (the SE ones too)."""
+    from tests.test_stellar_evolution_run import apply_plan, plan_supernovae, step_times
+
+    monkeypatch.chdir(tempfile.mkdtemp(prefix="cmc-mpi-se-"))  # evolv2's fort.99, per rank
+    p = world.size
+    extra = ("initial.seed=5", "initial.mass_function=kroupa", "initial.m_min=0.08",
+             "initial.m_max=100", "bse.stellar_evolution=true")
+    plan = None
+    if world.rank == 0:  # the first step's end, from the emulation without the plan
+        t = step_times(Simulation.create(_cfg(p if p > 1 else 0, n=1500, binaries=0.1,
+                                              extra=extra), SerialComm()), 1)
+        plan = plan_supernovae(Simulation.create(_cfg(0, n=1500, binaries=0.1, extra=extra),
+                                                 SerialComm()), 0.5 * (t[0] + t[1]))
+    plan = world.bcast(plan, root=0)
+
+    def aged(sim):
+        apply_plan(sim, plan)
+
+    par, par_diag, ser, ser_diag = _run_and_emulation(
+        world, 10, aged, aged, n=1500, binaries=0.1, extra=extra)
+    verdict = None
+    if world.rank == 0:
+        same = {k: bool(np.array_equal(par[k], ser[k])) for k in set(par) | set(ser)
+                if k in par and k in ser}
+        same["columns"] = sorted(par) == sorted(ser)
+        rel = sorted(k for k in set(par_diag) | set(ser_diag)
+                     if k not in par_diag or k not in ser_diag
+                     or par_diag[k].tobytes() != ser_diag[k].tobytes())
+        verdict = (same, rel, "se_epoch" in par and "bin_se_epoch_2" in par,
+                   float(np.sum(par_diag["n_supernovae"])),
+                   float(np.sum(par_diag["n_se_disrupted"])),
+                   float(np.sum(par_diag["n_escaped_step"])),
+                   float(np.max(np.abs(par_diag["dE_rel"]))))
+    same, rel, has_se, n_sn, n_dis, n_esc, de = world.bcast(verdict, root=0)
+    assert all(same.values()), {k: v for k, v in same.items() if not v}
+    assert not rel, f"diagnostics differ: {rel}"
+    assert has_se
+    assert n_sn == len(plan) == 7 and n_dis == 1 and n_esc >= 3
+    assert de < 2e-12
 
 
 @pytest.mark.parametrize("sign,binaries", [(1, 0.2), (-1, 0.0)])
