@@ -601,9 +601,13 @@ def _finish(batch: Batch, res: Result, called: np.ndarray, single: np.ndarray,
     # kick_info rows (row = member) with a supernova carry its seed (col 17) and time (col 18).
     # Disrupted (or single): member 1's change in cols 6-8, member 2's in cols 10-12; still
     # bound: cols 6-8 are the centre of mass's change, which both members get.
+    # A row is a supernova of the star in col 0 (1 or 2); COSMIC may put a second member's
+    # explosion time in the next row, so rows are counted by col 0 (measured: 8 + 15 Msun).
     kick = res.kick_info
-    res.supernova[:] = (kick[:, :, 17] != 0.0) | (kick[:, :, 18] != 0.0)
-    sn = res.supernova[:, :, None]
+    row_sn = (kick[:, :, 17] != 0.0) | (kick[:, :, 18] != 0.0)
+    for j in (0, 1):
+        res.supernova[:, j] = (row_sn & (kick[:, :, 0] == j + 1)).any(axis=1)
+    sn = row_sn[:, :, None]
     split = sn & (kick[:, :, 1:2] == 1.0)
     res.dv[:, 0] = np.where(sn, kick[:, :, 6:9], 0.0).sum(axis=1)
     res.dv[:, 1] = np.where(split, kick[:, :, 10:13], np.where(sn, kick[:, :, 6:9], 0.0)).sum(1)

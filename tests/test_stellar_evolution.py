@@ -176,6 +176,14 @@ def test_disruption_gives_two_kicked_singles():
     np.testing.assert_array_equal(res.dv[0, 0], res.kick_info[0, 0, 6:9])
     np.testing.assert_array_equal(res.dv[0, 1], res.kick_info[0, 0, 10:13])
     assert np.linalg.norm(res.dv[0, 0]) > 100 and 0 < np.linalg.norm(res.dv[0, 1]) < 100
+    # the same pair the other way round: member 2 explodes; COSMIC writes the kick in
+    # kick_info's row 0 (col 0 = 2) and the time in row 1, which is no second supernova
+    b = se.Batch.zams([8.0], [15.0], sep=[_sep(3000.0, 8.0, 15.0)], seed=[1])
+    res = se.evolve(b, 20.0, 0.014)
+    assert res.outcome[0] == se.DISRUPTED and b.kstar[0, 1] == 13
+    np.testing.assert_array_equal(res.supernova[0], [False, True])
+    np.testing.assert_array_equal(res.dv[0, 1], res.kick_info[0, 0, 10:13])
+    assert np.linalg.norm(res.dv[0, 1]) > 100 and 0 < np.linalg.norm(res.dv[0, 0]) < 100
     # a single star's supernova: the kick is the star's own
     s = se.Batch.zams([20.0], seed=[5])
     r = se.evolve(s, 12.0, Z)
