@@ -155,11 +155,13 @@ class StellarEvolution(Process):
         # each row's block (rows of a block are contiguous: block_start)
         block_of = np.searchsorted(work.block_start, due, side="right") - 1
         u = np.empty((due.size, DRAWS_PER_OBJECT))
-        for b in np.unique(block_of):  # blocks in order, their rows in order
-            k = np.flatnonzero(block_of == b)
-            draws = np.empty(k.size * DRAWS_PER_OBJECT)
-            fill_uniform(work.states, int(b), draws)
-            u[k] = draws.reshape(k.size, DRAWS_PER_OBJECT)
+        # blocks in order, their rows in order (``due`` is sorted: a block's rows are
+        # contiguous in it)
+        blocks, first, count = np.unique(block_of, return_index=True, return_counts=True)
+        for b, k0, c in zip(blocks.tolist(), first.tolist(), count.tolist(), strict=True):
+            draws = np.empty(c * DRAWS_PER_OBJECT)
+            fill_uniform(work.states, b, draws)
+            u[k0:k0 + c] = draws.reshape(c, DRAWS_PER_OBJECT)
         seeds = 1 + np.floor(u[:, 0] * _SEED_SPAN).astype(np.int64)
         # a single of type 15 (a merger BSE destroyed in an encounter) has nothing to evolve
         single = fields["binind"][due] < 0
@@ -208,6 +210,20 @@ class StellarEvolution(Process):
         # booked with the shells' (see _slot_pair_energies)
         touched = np.unique(work.gidx[due])
         pairs_before = _slot_pair_energies(touched, work.gidx, fields["m"], sim.r_all)
+        # the member columns of the objects that stay what they are (nearly all), a column
+        # at a time (the rows' old masses kept for the loop); kicks and supernovae per object
+        stays = np.zeros(due.size, dtype=bool)
+        stays[index >= 0] = result.outcome[index[index >= 0]] == se.EVOLVED
+        binary_of = fields["binind"][due] >= 0 if has_bin else np.zeros(due.size, dtype=bool)
+        old_msun = {name: fields[name][due] for name in ("m_msun", "bin_m1_msun", "bin_m2_msun")
+                    if name in fields}
+        for names, j, sel in ((SINGLE, 0, stays & ~binary_of), (MEMBER[0], 0, stays & binary_of),
+                              (MEMBER[1], 1, stays & binary_of)):
+            if sel.any():
+                for key, name in names.items():
+                    fields[name][due[sel]] = batch_column(batch, key)[index[sel], j]
+        kicked = np.any(result.dv / v_unit != 0.0, axis=2)
+        n_sn = np.count_nonzero(result.supernova, axis=1)
         for k, row in enumerate(due):
             row = int(row)
             p = parts[seg_of[k]]
@@ -229,18 +245,20 @@ class StellarEvolution(Process):
                 p[col["e_se_kinetic"]] -= 0.5 * m_old * v2_old
                 p[col["e_se_binding"]] -= eb_old
                 continue
-            p[col["n_supernovae"]] += int(np.count_nonzero(result.supernova[b]))
+            p[col["n_supernovae"]] += int(n_sn[b])
             fields["se_tphys"][row] = batch.tphys[b]
             fields["se_t_next"][row] = t_next[b]
             psi = 2.0 * math.pi * azimuth_u[k]
             if result.outcome[b] == se.EVOLVED:
+                old = (old_msun["bin_m1_msun"][k], old_msun["bin_m2_msun"][k]) if binary \
+                    else (old_msun["m_msun"][k],)
                 self._update_object(fields, row, batch, b, binary, m_unit, units.length_rsun,
-                                    product)
+                                    product, old)
                 m_new = float(fields["m"][row])
                 p[col["m_se"]] += m_old - m_new
                 p[col["e_se_kinetic"]] += 0.5 * (m_new - m_old) * v2_old
-                dv = result.dv[b, 0] / v_unit
-                if np.any(dv != 0.0):
+                if kicked[b, 0]:
+                    dv = result.dv[b, 0] / v_unit
                     vr, vt = _kicked(fields["vr"][row], fields["vt"][row], psi, dv)
                     p[col["e_se_kicks"]] += 0.5 * m_new * (vr * vr + vt * vt - v2_old)
                     fields["vr"][row], fields["vt"][row] = vr, vt
@@ -289,13 +307,13 @@ class StellarEvolution(Process):
         work.gidx, work.block_start = gidx, block_start
 
     def _update_object(self, fields: dict, row: int, batch: se.Batch, b: int, binary: bool,
-                       m_unit: float, length_rsun: float, product: bool) -> None:
-        """An object that stays what it was (a single star, or a bound binary); its Hénon
-        mass follows BSE's where BSE's changed (or for a product of this step)."""
+                       m_unit: float, length_rsun: float, product: bool, old: tuple) -> None:
+        """An object that stays what it was (a single star, or a bound binary), its member
+        columns already written (:meth:`_write_back`); its Hénon mass follows BSE's where
+        BSE's changed from ``old`` (its mass or its members' in Msun before), or for a product
+        of this step."""
         if binary:
-            old = (fields["bin_m1_msun"][row], fields["bin_m2_msun"][row])
             for j in (0, 1):
-                _write_member(fields, row, MEMBER[j], batch, b, j)
                 if product or fields[f"bin_m{j + 1}_msun"][row] != old[j]:
                     fields[f"bin_m{j + 1}"][row] = fields[f"bin_m{j + 1}_msun"][row] / m_unit
             fields["bin_a"][row] = float(batch.sep[b]) / length_rsun
@@ -303,9 +321,7 @@ class StellarEvolution(Process):
             fields["m"][row] = fields["bin_m1"][row] + fields["bin_m2"][row]
             fields["m_msun"][row] = fields["bin_m1_msun"][row] + fields["bin_m2_msun"][row]
             return
-        old = fields["m_msun"][row]
-        _write_member(fields, row, SINGLE, batch, b, 0)
-        if product or fields["m_msun"][row] != old:
+        if product or fields["m_msun"][row] != old[0]:
             fields["m"][row] = fields["m_msun"][row] / m_unit
 
     def _split(self, fields: dict, row: int, batch: se.Batch, b: int,
