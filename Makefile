@@ -83,6 +83,7 @@ validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)
 	$(PY) bench/validate_binaries.py
 	$(PY) bench/validate_tidal.py --resume
+	$(PY) bench/validate_se.py
 
 validate-fewbody: install
 	$(PY) bench/validate_fewbody.py
