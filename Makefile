@@ -65,6 +65,7 @@ bench: install
 	$(PY) bench/bench_fewbody.py $(BENCH_ARGS)
 	$(PY) bench/bench_binaries.py $(BENCH_ARGS)
 	$(PY) bench/bench_output.py $(BENCH_ARGS)
+	$(PY) bench/bench_stellar_evolution.py $(BENCH_ARGS)
 
 # P = 1, 2, 4, ... up to the machine's cores, threads and ranks (bench/scaling.py); writes
 # runs/scaling.json and prints the check of the performance model (docs/performance.md)

@@ -67,6 +67,71 @@ def _warm(comm, overrides: list[str], n: int) -> int:
     return _rss_now()
 
 
+class _BseClock:
+    """Times ``physics.stellar_evolution.evolve`` and ``next_call_times`` (BSE's calls and the
+    scheduler's) inside the stellar-evolution process by wrapping them, and counts the objects
+    evolved (the module's functions are looked up at each call)."""
+
+    def __init__(self) -> None:
+        from physics import stellar_evolution as se
+
+        self.se = se
+        self.orig = {k: getattr(se, k) for k in ("evolve", "next_call_times")}
+        for k, fn in self.orig.items():
+            setattr(se, k, self._timed(k, fn))
+        self.reset()
+
+    def _timed(self, key, fn):
+        def call(batch, *args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(batch, *args, **kw)
+            finally:
+                self.s[key] += time.perf_counter() - t0
+                if key == "evolve":
+                    self.objects += batch.tphys.size
+        return call
+
+    def reset(self) -> None:
+        self.s = dict.fromkeys(self.orig, 0.0)
+        self.objects = 0
+
+    def read(self, sim, steps: int, t_start: float) -> dict:
+        """This rank's figures over the last ``steps`` steps (started at code time
+        ``t_start``)."""
+        hist = sim.history.get("n_se_evolved", [])
+        return {"bse_s": self.s["evolve"], "schedule_s": self.s["next_call_times"],
+                "objects_called": self.objects,
+                "n_se_evolved_per_step": float(sum(hist[-steps:])) / steps,
+                "n_supernovae": float(sum(sim.history.get("n_supernovae", [])[-steps:])),
+                "t_myr": [sim.units.rel_to_myr(t_start), sim.units.rel_to_myr(sim.state.time)]}
+
+    def restore(self) -> None:
+        for k, fn in self.orig.items():
+            setattr(self.se, k, fn)
+
+
+def _se_summary(rows: list[dict], steps: int, n: int, se_us: float) -> dict:
+    """The stellar-evolution figures of a bench_step run (rows: each rank's
+    :meth:`_BseClock.read`): objects per step, BSE's time per call and per star-step (the
+    slowest rank's), the rest of the process (our bookkeeping: on several ranks it holds the
+    wait for the rank with the most BSE calls, at the allgather of errors), and per rank."""
+    bse = max(r["bse_s"] for r in rows)
+    sched = max(r["schedule_s"] for r in rows)
+    called = sum(r["objects_called"] for r in rows)
+    return {"n_se_evolved_per_step": rows[0]["n_se_evolved_per_step"],  # (a global sum)
+            "objects_called_per_step": called / steps,
+            "n_supernovae": rows[0]["n_supernovae"], "t_myr": rows[0]["t_myr"],
+            "bse_us_per_star": bse / (steps * n) * 1e6,
+            "schedule_us_per_star": sched / (steps * n) * 1e6,
+            "bookkeeping_us_per_star": se_us - (bse + sched) / (steps * n) * 1e6,
+            "bse_us_per_object": (sum(r["bse_s"] for r in rows) / called * 1e6
+                                  if called else float("nan")),
+            # the objects due live where the heavy stars are (the centre: rank 0)
+            "objects_called_per_step_by_rank": [r["objects_called"] / steps for r in rows],
+            "bse_us_per_star_by_rank": [r["bse_s"] / (steps * n) * 1e6 for r in rows]}
+
+
 def bench_step(n: int, steps: int, threads: int, comm=None,
                overrides: list[str] | None = None, checkpoint: str | None = None,
                counted_steps: int = 3, repeats: int = 3) -> dict:
@@ -109,8 +174,12 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
     # shared: a run that another process disturbed is slower, never faster)
     chunk = max(1, steps // max(1, repeats))
     best = None
+    bse = _BseClock() if cfg.bse.stellar_evolution else None
     for _ in range(max(1, steps // chunk)):
         sim.timers = dict.fromkeys(PARTS, 0.0)
+        if bse is not None:
+            bse.reset()
+        t_start = sim.state.time
         comm.Barrier()
         t0 = time.perf_counter()
         for _ in range(chunk):
@@ -118,8 +187,10 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
         comm.Barrier()
         wall = comm.allreduce(time.perf_counter() - t0, op=_max_op())
         if best is None or wall < best[0]:
-            best = (wall, dict(sim.timers))
-    wall, mine = best
+            best = (wall, dict(sim.timers), bse and bse.read(sim, chunk, t_start))
+    wall, mine, se_row = best
+    if bse is not None:
+        bse.restore()
     steps = chunk
     if gpu is not None:  # the transfers of every timed step (not the counted ones below)
         import dataclasses
@@ -145,6 +216,7 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
         x.comm = counter._comm
     sent = comm.gather(counter.counts, root=0)
     inside = comm.gather(counter.seconds, root=0)
+    se_rows = comm.gather(se_row, root=0)
     if comm.Get_rank() != 0:
         return {}
     per = {p: max(t[p] for t in timers) / (steps * n) * 1e6 for p in PARTS}
@@ -176,6 +248,8 @@ def bench_step(n: int, steps: int, threads: int, comm=None,
                k: [sum(s.get(k, 0.0) for s in inside) / len(inside) / counted_steps * 1e3,
                    max(s.get(k, 0.0) for s in inside) / counted_steps * 1e3]
                for k in sorted({k for s in inside for k in s})}}
+    if se_rows[0] is not None:  # BSE's own time: the slowest rank's; objects: all ranks'
+        out["stellar_evolution"] = _se_summary(se_rows, steps, n, per["stellar_evolution"])
     if gpu is not None:
         out["device"] = sim.orbits.device
         calls = max(gpu.calls, 1)  # one kernel call per timed step, all timed runs

@@ -551,3 +551,30 @@ def test_validation_stamps_an_interrupted_run_before_it_starts(tmp_path, monkeyp
     state["kind"] = "finished"  # finished by hand (cmc restart), then analysed
     by_hand = go("G", True)
     assert by_hand["made"] == "F" and "wall_s" not in by_hand  # not E's wall time
+
+
+def test_bench_step_times_stellar_evolution(tmp_path, monkeypatch):
+    """With SE the step's row has BSE's own time apart from the process's bookkeeping, the
+    objects evolved per step, and the wrapped BSE functions are put back afterwards; the SE
+    bench's trace summary gives each stretch's share and the whole run's."""
+    pytest.importorskip("cosmic")
+    from bench_step import bench_step
+
+    from bench.bench_stellar_evolution import KROUPA, SE_ON, summarise_trace
+    from parallel.comm import SerialComm
+    from physics import stellar_evolution as se
+
+    monkeypatch.chdir(tmp_path)  # evolv2's fort.99
+    evolve = se.evolve
+    out = bench_step(400, 2, 1, comm=SerialComm(), overrides=[*KROUPA, *SE_ON])
+    s = out["stellar_evolution"]
+    assert se.evolve is evolve
+    assert s["bse_us_per_star"] >= 0.0 and s["n_se_evolved_per_step"] >= 0.0
+    assert s["bse_us_per_star"] + s["schedule_us_per_star"] <= (
+        out["parts_us_per_star"]["stellar_evolution"] * 1.001)
+    rows = [{"t_myr": t, "N": 100, "wall_s": 1.0, "se_s": 0.25 if t > 2 else 0.0,
+             "n_se_evolved": 3.0, "n_supernovae": 0.0} for t in (0.05, 0.5, 2.5, 4.0)]
+    got = summarise_trace({"rows": rows})
+    assert [g["steps"] for g in got] == [1, 1, 1, 1, 4] and got[-1]["whole_run"]
+    assert got[2]["se_share"] == 0.25 and got[-1]["se_share"] == 0.125
+    assert got[-1]["ratio_vs_without"] == 1.0 / 0.875
