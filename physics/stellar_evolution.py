@@ -449,11 +449,10 @@ def evolve(batch: Batch, t_end: Any, z: float, pts1_highmass_cutoff: float = 5.0
     ``kick_info`` is zeroed (``[0, 0] = 1`` if a member is of type 10-14), the sticky
     ``snvars.natal_kick_array`` is reset to "draw everything", ``rand1.idum1 = seed`` (a full
     reseed of ran3), and the rows of ``binary.bpp``/``bcm`` written are zeroed afterwards.
-    The bcm interval is ``dtp = 2 tphysf``: no bcm rows, and evolv2 ends its last internal
-    step exactly at ``tphysf``.  (``Evolve``'s ``dtp = tphysf`` does that only from
-    ``tphys = 0``: from ``tphys > 0`` the last step is not cut at ``tphysf`` and the star's
-    radius and luminosity come back one internal step ahead, 2e-4 relative for a 1 Msun
-    main-sequence star; from ``tphys = 0`` both choices give the same bits.)  CMC's rule
+    The bcm interval is ``dtp = tphysf - tphys``, so evolv2 ends its last internal step
+    exactly at ``tphysf`` (``Evolve``'s ``dtp = tphysf`` is the same from ``tphys = 0``; from
+    ``tphys > 0`` it leaves the last step uncut, the radius one step ahead; ``2 tphysf`` never
+    returned from a call in which both stars of a binary became massless).  CMC's rule
     for massive stars: ``pts1`` is divided by 10 for the call if a member has ``kstar <= 1``
     or 7 and ``zams > pts1_highmass_cutoff``.  The period passed is :func:`period_days` of
     ``sep`` (0 for singles).  A single black hole's spin, which evolv2 zeroes at entry with
@@ -546,7 +545,7 @@ def evolve(batch: Batch, t_end: Any, z: float, pts1_highmass_cutoff: float = 5.0
             points.pts1 = pts1 / 10.0
         try:
             _, res.kick_info[i], jp, ip = bse.evolv2(
-                k[i], m[i], tb[i], ecc[i], z, t1s[i], 2.0 * t1s[i], qargs[0][i], batch.rad[i],
+                k[i], m[i], tb[i], ecc[i], z, t1s[i], t1s[i] - t0s[i], qargs[0][i], batch.rad[i],
                 *[a[i] for a in qargs[1:]], t0s[i], zpars, kick_in)
         finally:
             if massive[i]:

@@ -497,3 +497,17 @@ def test_scheduled_states_lag_by_at_most_the_tolerance():
     assert np.count_nonzero(massive) >= 5
     assert np.all(f["se_tphys"][rows][massive] > 0.5 * t_now)
     assert np.all(dm_next[massive] > 1e-5) and np.all(drad_next[massive] > 1e-3)
+
+
+def test_a_bse_call_that_never_returns_ends_the_process():
+    """evolv2 has looped for ever on some systems: the watchdog around every batch of BSE
+    calls ends the process (status 1, tracebacks on stderr) instead of letting it hang."""
+    import subprocess
+    import sys
+
+    code = ("import time\nfrom cmc.processes.stellar_evolution import bse_watchdog\n"
+            "with bse_watchdog(1):\n    time.sleep(30)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1
+    assert "Timeout" in out.stderr

@@ -19,8 +19,11 @@ the binaries' internal energy (mass transfer, winds, kicks, disruptions, mergers
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
 import math
+import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -172,7 +175,9 @@ class StellarEvolution(Process):
         error = None
         result = None
         try:
-            result = se.evolve(batch, t_end, st.metallicity, sim.cfg.bse.pts1_highmass_cutoff)
+            with bse_watchdog():
+                result = se.evolve(batch, t_end, st.metallicity,
+                                   sim.cfg.bse.pts1_highmass_cutoff)
         except se.StellarEvolutionError as exc:
             row = call[exc.index]
             error = (f"stellar evolution failed for object id {int(fields['id'][row])} at "
@@ -468,7 +473,8 @@ def zero_age_state(stars: dict[str, np.ndarray], z: float, length_rsun: float,
     rows = np.arange(n)
     seeds = 1 + np.asarray(stars["id"], dtype=np.int64) % _SEED_SPAN
     batch = batch_of(stars, rows, length_rsun, seeds)
-    result = se.evolve(batch, 1e-6, z, pts1_highmass_cutoff)
+    with bse_watchdog():
+        result = se.evolve(batch, 1e-6, z, pts1_highmass_cutoff)
     # a binary BSE disrupts or merges at once (members in contact) keeps its zero-age state
     # and is evolved in the first step, where the products enter the table
     ok = result.outcome == se.EVOLVED
@@ -524,10 +530,11 @@ class MergeRule:
         bits = np.array([float(p["m_msun"]) for p in parts]).view(np.uint64)
         seed = 1 + int(np.bitwise_xor.reduce(bits) % np.uint64(_SEED_SPAN))
         q = {name: np.array([float(p[name]) for p in parts]) for name in se.MEMBER_QUANTITIES}
-        out = se.merge_pair(np.array([int(p["startype"]) for p in parts], dtype=np.int32),
-                            np.array([float(p["m_msun"]) for p in parts]),
-                            np.array([float(p["rad"]) for p in parts]), q, t,
-                            sim.state.metallicity, seed, sim.cfg.bse.pts1_highmass_cutoff)
+        with bse_watchdog():
+            out = se.merge_pair(np.array([int(p["startype"]) for p in parts], dtype=np.int32),
+                                np.array([float(p["m_msun"]) for p in parts]),
+                                np.array([float(p["rad"]) for p in parts]), q, t,
+                                sim.state.metallicity, seed, sim.cfg.bse.pts1_highmass_cutoff)
         if out is None:
             return None
         if np.any(out["dv"] != 0.0):
@@ -544,3 +551,27 @@ def binary_physics_settings(sim: Simulation) -> dict:
     if not sim.cfg.bse.stellar_evolution:
         return {}
     return {"radius_unit": 1.0 / sim.units.length_rsun, "merge_stars": MergeRule(sim)}
+
+
+#: Seconds one batch of BSE calls may take before the process is ended (a call costs 20-500 us;
+#: a whole model's zero-age start at N = 1e6 takes under a minute).
+BSE_WATCHDOG_SECONDS = 900
+
+
+@contextlib.contextmanager
+def bse_watchdog(seconds: float = BSE_WATCHDOG_SECONDS):
+    """End the process if BSE does not return (evolv2 has looped for ever on some systems):
+    a run that hangs holds its allocation and never finishes, while one that ends leaves its
+    last checkpoint to restart from (with other flags, or after the system is looked at).
+    faulthandler's watchdog thread runs while the main thread is inside the Fortran; it
+    prints every thread's traceback to stderr and exits with status 1 (under MPI the launcher
+    then ends the other ranks)."""
+    try:  # the process's own stderr (a captured sys.stderr has no file descriptor)
+        faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__)
+    except (AttributeError, OSError, ValueError):  # no stderr at all: no watchdog
+        yield
+        return
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
