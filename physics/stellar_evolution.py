@@ -722,7 +722,7 @@ def peters_time(sep: Any, ecc: Any, m1: Any, m2: Any) -> Any:
 
 
 def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
-                    tolerance: float) -> np.ndarray:
+                    tolerance: float, age_tolerance: float | None = None) -> np.ndarray:
     """When each object of a batch just evolved (by :func:`evolve`, from ``t_prev`` to
     ``t_now``) must next be evolved: the earliest time its state can change by more than
     ``tolerance`` (relative).  A returned ``t_now`` means "due at the next step"; ``inf``
@@ -730,10 +730,10 @@ def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
 
     Rules per member (type k after the call, mass m, BSE's ``tms`` and ``epoch``):
 
-    * k = 0, 1 (main sequence): ``t_now + min(tolerance * tms, epoch + tms - t_now,
-      tolerance * m / |mdot|)``, with mdot the member's mass change over the call divided
-      by ``t_now - t_prev`` (skipped when either is 0).  The second term puts the next call
-      right after the end of the main sequence, from which on the star is called each step;
+    * k = 0, 1 (main sequence): ``t_now + min(age_tolerance * tms, epoch + tms - t_now,
+      tolerance * m / (2 |mdot|))``, mdot the mass change over the call / ``t_now - t_prev``
+      (halved: winds grow along the main sequence; skipped when 0).  The second term puts
+      the next call right after the main sequence, from which on it is called each step;
     * k = 2 .. 9 (giants, helium stars): every step;
     * k = 10 .. 15 (WD, NS, BH, massless): ``inf``.
 
@@ -759,6 +759,8 @@ def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
         Start and end time of the call [Myr].
     tolerance : float
         Relative change allowed between calls (e.g. 0.01).
+    age_tolerance : float, optional
+        The main-sequence term's fraction of ``tms`` instead (default ``tolerance``).
 
     Returns
     -------
@@ -772,9 +774,10 @@ def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
     tms, epoch = batch.q["tms"], batch.q["epoch"]
     with np.errstate(divide="ignore", invalid="ignore"):
         mdot = np.abs(m - result.mass_before) / dt
-        t_mass = np.where((mdot > 0) & (dt > 0), tolerance * m / mdot, np.inf)
+        t_mass = np.where((mdot > 0) & (dt > 0), 0.5 * tolerance * m / mdot, np.inf)
     ms_left = np.maximum(epoch + tms - t_now[:, None], 0.0)
-    wait = np.minimum(np.minimum(tolerance * tms, ms_left), t_mass)
+    age_tol = tolerance if age_tolerance is None else age_tolerance
+    wait = np.minimum(np.minimum(age_tol * tms, ms_left), t_mass)
     member = np.where(k <= 1, t_now[:, None] + wait, np.inf)
     member = np.where((k >= 2) & (k <= 9), t_now[:, None], member)
     member = np.where(m > 0, member, np.inf)

@@ -187,7 +187,8 @@ class StellarEvolution(Process):
             for e in errors:
                 log.error("%s", e)
             raise StopRun(f"stellar evolution failed: {errors[0]}", torn=True)
-        t_next = se.next_call_times(batch, result, t_prev, t_end, sim.cfg.bse.tolerance)
+        t_next = se.next_call_times(batch, result, t_prev, t_end, sim.cfg.bse.tolerance,
+                                    sim.cfg.bse.ms_age_tolerance)
         index = np.full(due.size, -1, dtype=np.int64)  # each due row's object in the batch
         index[~void] = np.arange(call.size)
         self._write_back(work, due, block_of, index, batch, result, t_next, u[:, 1])
@@ -433,7 +434,8 @@ def shell_energy_change(changes: np.ndarray, r_all: np.ndarray, phi_all: np.ndar
 
 
 def zero_age_state(stars: dict[str, np.ndarray], z: float, length_rsun: float,
-                   pts1_highmass_cutoff: float, tolerance: float) -> None:
+                   pts1_highmass_cutoff: float, tolerance: float,
+                   age_tolerance: float | None = None) -> None:
     """Give an initial model its stellar-evolution columns: every star at zero age (type 0
     below 0.7 Msun, else 1, as CMC-COSMIC; BSE's initial and ZAMS mass its mass), evolved
     over 1e-6 Myr by BSE to set its radius, luminosity and main-sequence time (CMC-COSMIC's
@@ -489,7 +491,8 @@ def zero_age_state(stars: dict[str, np.ndarray], z: float, length_rsun: float,
         stars["m_msun"][binary] = stars["bin_m1_msun"][binary] + stars["bin_m2_msun"][binary]
     stars["se_tphys"][:] = np.where(ok, batch.tphys, 0.0)
     stars["se_t_next"][:] = np.where(ok, se.next_call_times(batch, result, np.zeros(n), 1e-6,
-                                                            tolerance), DUE_NOW)
+                                                            tolerance, age_tolerance),
+                                      DUE_NOW)
 
 
 def batch_column(batch: se.Batch, key: str) -> np.ndarray:
@@ -507,7 +510,8 @@ def start_stellar_evolution(stars: dict[str, np.ndarray], cfg, info: dict) -> No
     z = float(info.get("metallicity", 0.0)) or cfg.bse.metallicity
     info["metallicity"] = z  # the run's Z, kept in its state and outputs
     length_rsun = float(info["scale"][1]) * constants()["rsun_per_pc"]
-    zero_age_state(stars, z, length_rsun, cfg.bse.pts1_highmass_cutoff, cfg.bse.tolerance)
+    zero_age_state(stars, z, length_rsun, cfg.bse.pts1_highmass_cutoff, cfg.bse.tolerance,
+                   cfg.bse.ms_age_tolerance)
 
 
 class MergeRule:
