@@ -267,16 +267,13 @@ def test_supernovae_kicks_and_disruptions_keep_the_books(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 def _final(outdir):
-    with h5py.File(outdir / "checkpoint.h5", "r") as fh:
-        stars = {k: fh["stars"][k][...] for k in fh["stars"]}
-        if "binaries" in fh:
-            stars.update({"binaries/" + k: fh["binaries"][k][...] for k in fh["binaries"]})
-        streams = fh["streams"]["states"][...]
+    """test_engine's final state (checkpoint stars and streams, diagnostics), with the
+    escaper table."""
     from cmc.io import read_diagnostics
+    from tests.test_engine import _final as final_state
 
-    diag, _ = read_diagnostics(outdir / "diagnostics.h5")
     esc, _ = read_diagnostics(outdir / "escapers.h5")
-    return stars, streams, diag, esc
+    return (*final_state(outdir), esc)
 
 
 def _aged_runs(monkeypatch, plan):
