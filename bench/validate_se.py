@@ -426,9 +426,8 @@ def _work(args, flags: dict, cutoff: float, timing: dict) -> dict:
     n = len(tab)
     seeds = np.random.default_rng(args.seed).integers(se.SEED_MIN, se.SEED_MAX + 1, n)
     tab["randomseed"] = seeds
-    # physics.stellar_evolution.evolve never returns from a call in which both members of
-    # an object become massless (evolv2 with dtp = 2 tphysf; Evolve's dtp = tphysf ends):
-    # find those systems with Evolve and leave them out of every comparison
+    # objects that BSE destroys completely (both members massless) hung evolve before
+    # e8dff0f (evolv2's dtp = 2 tphysf): found with Evolve and left out, as a guard
     gone = ~_alive(cosmic_evolve(tab, flags, TIMES[-1])).any(axis=1)
     hang = tab.loc[gone, ["mass_1", "mass_2", "porb", "ecc"]].to_dict("records")
     keep = ~gone
@@ -620,23 +619,19 @@ def _doc(res: dict) -> str:
         "`randomseed` column, which evolv2 negates at entry: a full reseed of ran3 per "
         "system; `evolve` sets `rand1.idum1` the same way).",
         "",
-        "**Left out:** none here.  Systems that BSE destroys completely would be: "
-        "`physics.stellar_evolution.evolve` never returns from the call in which both "
-        "members of an object become massless (it passes evolv2 dtp = 2 tphysf; `Evolve`'s "
-        "dtp = tphysf returns).  Seen in a smaller population from this sampler: 1.16 + "
-        "1.13 Msun, a = 9.0 Rsun, e = 0.31, a double white dwarf merger at 4.9 Gyr that "
-        "leaves nothing, which hangs from t = 0 and in a 1 Myr call across 4903.9 Myr.  "
-        "An open bug of the kernel (a run would hang), not of this check; the script finds "
-        "such systems with `Evolve` first and leaves them out."
+        "**Left out:** none.  (Before e8dff0f, `physics.stellar_evolution.evolve` passed "
+        "evolv2 dtp = 2 tphysf and never returned from a call in which both members of an "
+        "object became massless, e.g. 1.16 + 1.13 Msun, a = 9.0 Rsun, e = 0.31, a double "
+        "white dwarf merger at 4.9 Gyr that leaves nothing; it now passes dtp = tphysf - "
+        "tphys, `Evolve`'s value from t = 0, and a run's BSE calls are under a watchdog.  "
+        "The script still looks for such systems with `Evolve` first and would list them "
+        "here.)"
         if not res["left_out_evolve_hangs"] else
         f"**Left out:** {len(res['left_out_evolve_hangs'])} system(s) that BSE destroys "
-        "completely (both members massless, e.g. a double white dwarf merger that leaves "
-        "nothing): `physics.stellar_evolution.evolve` never returns from the call in which "
-        "that happens (it passes evolv2 `dtp = 2 tphysf`; COSMIC's `dtp = tphysf` returns), "
-        "so no run or comparison can evolve them (an open bug of the kernel, not of this "
-        "check): " + ", ".join(f"{r['mass_1']:.3g}+{r['mass_2']:.3g} Msun, P = "
-                               f"{r['porb']:.3g} d, e = {r['ecc']:.2f}"
-                               for r in res["left_out_evolve_hangs"]) + ".",
+        "completely (both members massless), found with `Evolve` first: "
+        + ", ".join(f"{r['mass_1']:.3g}+{r['mass_2']:.3g} Msun, P = "
+                    f"{r['porb']:.3g} d, e = {r['ecc']:.2f}"
+                    for r in res["left_out_evolve_hangs"]) + ".",
         "",
         "**Variants.**",
         "",
