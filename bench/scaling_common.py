@@ -37,10 +37,11 @@ def machine() -> dict:
 
 
 def slowest(row: dict, part: str | None = None) -> float:
-    """The slowest rank's compute per step [ms]: of one part, or of the whole step's parts."""
+    """The slowest rank's compute per step [ms]: of one part, or of the whole step's parts
+    (a part a file's rows lack, e.g. stellar_evolution in files older than it, took 0)."""
     if part is None:
         return max(sum(r["parts_ms"].values()) for r in row["ranks"])
-    return max(r["parts_ms"][part] for r in row["ranks"])
+    return max(r["parts_ms"].get(part, 0.0) for r in row["ranks"])
 
 
 def fit_scaling(ps: list[int], us: list[float]) -> tuple[float, float]:
