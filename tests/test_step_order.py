@@ -76,8 +76,10 @@ def test_only_the_processes_that_draw_touch_the_streams():
                                     "initial.binary_fraction=0.1", "binaries.three_body=all",
                                     "run.n_core_stop=0"])
     assert events > 0  # (the binary events drew)
+    # (tight tolerances: the massive stars are due within the 12 short steps)
     drew_se, _ = _stream_changes(["initial.n=2000", "initial.seed=5", "run.n_core_stop=0",
-                                  "initial.mass_function=kroupa", "bse.stellar_evolution=true"])
+                                  "initial.mass_function=kroupa", "bse.stellar_evolution=true",
+                                  "bse.tolerance=0.001", "bse.ms_age_tolerance=0.001"])
     assert drew_se["StellarEvolution"] > 0
     assert drew["StellarEvolution"] == 0  # (off)
     for name, n in drew_se.items():
