@@ -223,11 +223,7 @@ class StellarEvolution(Process):
         binary_of = fields["binind"][due] >= 0 if has_bin else np.zeros(due.size, dtype=bool)
         old_msun = {name: fields[name][due] for name in ("m_msun", "bin_m1_msun", "bin_m2_msun")
                     if name in fields}
-        for names, j, sel in ((SINGLE, 0, stays & ~binary_of), (MEMBER[0], 0, stays & binary_of),
-                              (MEMBER[1], 1, stays & binary_of)):
-            if sel.any():
-                for key, name in names.items():
-                    fields[name][due[sel]] = batch_column(batch, key)[index[sel], j]
+        write_states(fields, due, index, batch, stays & ~binary_of, stays & binary_of)
         kicked = np.any(result.dv / v_unit != 0.0, axis=2)
         n_sn = np.count_nonzero(result.supernova, axis=1)
         for k, row in enumerate(due):
@@ -480,19 +476,24 @@ def zero_age_state(stars: dict[str, np.ndarray], z: float, length_rsun: float,
     # a binary BSE disrupts or merges at once (members in contact) keeps its zero-age state
     # and is evolved in the first step, where the products enter the table
     ok = result.outcome == se.EVOLVED
-    for key in SINGLE:
-        sel = ok & ~binary
-        stars[SINGLE[key]][sel] = batch_column(batch, key)[sel, 0]
-        if has_bin:
-            sel = ok & binary
-            for j in (0, 1):
-                stars[MEMBER[j][key]][sel] = batch_column(batch, key)[sel, j]
+    write_states(stars, rows, rows, batch, ok & ~binary, ok & binary)
     if has_bin:
         stars["m_msun"][binary] = stars["bin_m1_msun"][binary] + stars["bin_m2_msun"][binary]
     stars["se_tphys"][:] = np.where(ok, batch.tphys, 0.0)
     stars["se_t_next"][:] = np.where(ok, se.next_call_times(batch, result, np.zeros(n), 1e-6,
                                                             tolerance, age_tolerance),
                                       DUE_NOW)
+
+
+def write_states(fields: dict[str, np.ndarray], rows: np.ndarray, objects: np.ndarray,
+                 batch: se.Batch, single: np.ndarray, binary: np.ndarray) -> None:
+    """Batch objects ``objects`` into the table's ``rows``, a column at a time: slot 0 into
+    the single-star columns where ``single``, both members into the binary columns where
+    ``binary`` (masks over ``rows``)."""
+    for names, j, sel in ((SINGLE, 0, single), (MEMBER[0], 0, binary), (MEMBER[1], 1, binary)):
+        if sel.any():
+            for key, name in names.items():
+                fields[name][rows[sel]] = batch_column(batch, key)[objects[sel], j]
 
 
 def batch_column(batch: se.Batch, key: str) -> np.ndarray:
