@@ -57,6 +57,8 @@ DIAG_UNITS = {
     "n_se_evolved": "objects per step", "n_supernovae": "stars per step",
     "n_se_disrupted": "binaries per step", "n_se_mergers": "binaries per step",
     "n_se_destroyed": "objects per step",
+    "N_bh": "stars", "N_ns": "stars", "N_wd": "stars", "N_bh_binaries": "binaries",
+    "N_bbh": "binaries", "M_bh": "Msun",
 }
 #: A step shorter than this fraction of the central crossing time is warned about (once): an
 #: equal-mass Plummer model keeps dt_tcross > 1.1 up to its core collapse (N_core = 100), a
@@ -95,6 +97,11 @@ DIAG_MEANINGS = {
     "stellar evolution (supernova kicks) in the step", "n_se_mergers": "binaries whose "
     "members merged in BSE in the step", "n_se_destroyed": "objects that left no remnant "
     "in the step",
+    "N_bh": "black holes in the cluster (single or in binaries)",
+    "N_ns": "neutron stars in the cluster (single or in binaries)",
+    "N_wd": "white dwarfs in the cluster (single or in binaries)",
+    "N_bh_binaries": "binaries with at least one black hole", "N_bbh": "black-hole binaries",
+    "M_bh": "mass of the cluster's black holes",
     "time_myr": "time in Myr", "r_tidal": "tidal radius (0: isolated)",
     "M_stripped": "mass stripped by the tidal field (apocentre beyond r_tidal)",
     "N_stripped": "objects stripped by the tidal field",
@@ -169,6 +176,39 @@ def binary_sums(sim: Simulation) -> np.ndarray:
         out[j, 1] = float(np.count_nonzero(s.binind[bounds[j]:bounds[j + 1]] >= 0))
     return out
 
+
+
+#: The remnant census of runs with stellar evolution: the diagnostics columns, in the order of
+#: :func:`remnant_sums`' columns.
+REMNANT_COLUMNS = ("N_bh", "N_ns", "N_wd", "N_bh_binaries", "N_bbh", "M_bh")
+
+
+def remnant_sums(sim: Simulation) -> np.ndarray:
+    """The remnants of each segment (:meth:`Simulation.star_segments`), shape (S, 6): black
+    holes, neutron stars, white dwarfs (BSE types 14, 13, 10-12; singles and binary members),
+    binaries holding a black hole, black-hole binaries, and the black holes' mass [Msun]."""
+    s = sim.stars
+    bounds = sim.star_segments()
+    out = np.zeros((bounds.size - 1, len(REMNANT_COLUMNS)))
+    binary = s.binind >= 0 if s.has_binary_fields else np.zeros(s.n, dtype=bool)
+    members = [(s.startype, s.m_msun, ~binary)]
+    if s.has_binary_fields:
+        members += [(s.bin_startype1, s.bin_m1_msun, binary),
+                    (s.bin_startype2, s.bin_m2_msun, binary)]
+    for j in range(bounds.size - 1):
+        seg = slice(bounds[j], bounds[j + 1])
+        n_bh_in = np.zeros(bounds[j + 1] - bounds[j], dtype=np.int64)
+        for k, m, sel in members:
+            k, m, sel = k[seg], m[seg], sel[seg]
+            bh = sel & (k == 14)
+            out[j, 0] += np.count_nonzero(bh)
+            out[j, 1] += np.count_nonzero(sel & (k == 13))
+            out[j, 2] += np.count_nonzero(sel & (k >= 10) & (k <= 12))
+            out[j, 5] += float(np.sum(m[bh]))
+            n_bh_in += bh & binary[seg]
+        out[j, 3] = np.count_nonzero(n_bh_in >= 1)
+        out[j, 4] = np.count_nonzero(n_bh_in == 2)
+    return out
 
 
 def binding(stars: StarTable, mask: np.ndarray | None = None) -> float:
@@ -317,6 +357,8 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
     if s.has_se_fields:
         d.update({"E_se_mass": st.e_se_mass, "E_se_kicks": st.e_se_kicks,
                   "E_se_binding": st.e_se_binding, "M_se": st.m_se})
+        d.update(zip(REMNANT_COLUMNS, ranked_sum(sim.comm, remnant_sums(sim)).tolist(),
+                     strict=True))
         base.update(dict.fromkeys(SE_COUNTS, 0.0))
     base.update(extra or {})
     d.update(base)
