@@ -210,78 +210,99 @@ class StellarEvolution(Process):
         n = fields["m"].size
         keep = np.ones(n, dtype=bool)
         extras: list[tuple[int, dict]] = []  # (row it follows, record)
-        changed_rows: list[int] = []
         # rows that share a slot (products of this step's binary processes, the singles of a
         # disrupted binary) have a pair energy the slots' masses do not hold: its change is
         # booked with the shells' (see _slot_pair_energies)
         touched = np.unique(work.gidx[due])
         pairs_before = _slot_pair_energies(touched, work.gidx, fields["m"], sim.r_all)
-        # the member columns of the objects that stay what they are (nearly all), a column
-        # at a time (the rows' old masses kept for the loop); kicks and supernovae per object
+        # the objects that stay what they are (a single star, a bound binary: nearly all) are
+        # written a column at a time, their energies summed per segment in row order (one
+        # np.bincount per part); the few others (destroyed, disrupted, merged) row by row
         stays = np.zeros(due.size, dtype=bool)
         stays[index >= 0] = result.outcome[index[index >= 0]] == se.EVOLVED
         binary_of = fields["binind"][due] >= 0 if has_bin else np.zeros(due.size, dtype=bool)
         old_msun = {name: fields[name][due] for name in ("m_msun", "bin_m1_msun", "bin_m2_msun")
                     if name in fields}
+        # the objects' values before this step's change (m_msun of a single: above)
+        m_old = fields["m"][due]
+        v2_old = fields["vr"][due] ** 2 + fields["vt"][due] ** 2
+        eb_old = np.zeros(due.size)
+        if has_bin:
+            rb = due[binary_of]
+            eb_old[binary_of] = binding_energy(fields["bin_m1"][rb], fields["bin_m2"][rb],
+                                               fields["bin_a"][rb])
+        # a product of this step's binary processes: its mass from BSE's, whatever the
+        # dynamics summed
+        product = fields["se_t_next"][due] < 0.0
         write_states(fields, due, index, batch, stays & ~binary_of, stays & binary_of)
         kicked = np.any(result.dv / v_unit != 0.0, axis=2)
         n_sn = np.count_nonzero(result.supernova, axis=1)
-        for k, row in enumerate(due):
-            row = int(row)
+        psi = 2.0 * math.pi * azimuth_u
+        nseg = parts.shape[0]
+
+        def add(name: str, sel: np.ndarray, values: np.ndarray) -> None:
+            """Per-object ``values`` of the rows ``sel`` (indices into ``due``) into each
+            segment's part ``name``, summed in row order."""
+            parts[:, col[name]] += np.bincount(seg_of[sel], weights=values, minlength=nseg)
+
+        parts[:, col["n_se_evolved"]] += np.bincount(seg_of, minlength=nseg)
+        ev = np.flatnonzero(stays)
+        if ev.size:
+            b_ev = index[ev]
+            rows = due[ev]
+            bin_ev = binary_of[ev]
+            fields["se_tphys"][rows] = batch.tphys[b_ev]
+            fields["se_t_next"][rows] = t_next[b_ev]
+            _update_objects(fields, rows, batch, b_ev, bin_ev, m_unit, units.length_rsun,
+                            product[ev], {k: v[ev] for k, v in old_msun.items()})
+            m_new = fields["m"][rows]
+            add("n_supernovae", ev, n_sn[b_ev])
+            add("m_se", ev, m_old[ev] - m_new)
+            add("e_se_kinetic", ev, 0.5 * (m_new - m_old[ev]) * v2_old[ev])
+            kick = kicked[b_ev, 0]
+            if kick.any():
+                kr = rows[kick]
+                vr, vt = _kicked_arrays(fields["vr"][kr], fields["vt"][kr], psi[ev[kick]],
+                                        result.dv[b_ev[kick], 0] / v_unit)
+                add("e_se_kicks", ev[kick],
+                    0.5 * m_new[kick] * (vr * vr + vt * vt - v2_old[ev[kick]]))
+                fields["vr"][kr], fields["vt"][kr] = vr, vt
+            if bin_ev.any():
+                rb = rows[bin_ev]
+                add("e_se_binding", ev[bin_ev],
+                    binding_energy(fields["bin_m1"][rb], fields["bin_m2"][rb],
+                                   fields["bin_a"][rb]) - eb_old[ev[bin_ev]])
+        # the rest (few): no object to evolve or destroyed, disrupted, merged
+        for k in np.flatnonzero(~stays).tolist():
+            row = int(due[k])
             p = parts[seg_of[k]]
             b = int(index[k])
-            p[col["n_se_evolved"]] += 1
-            binary = has_bin and fields["binind"][row] >= 0
-            m_old = float(fields["m"][row])
-            v2_old = float(fields["vr"][row] ** 2 + fields["vt"][row] ** 2)
-            eb_old = float(binding_energy(fields["bin_m1"][row], fields["bin_m2"][row],
-                                          fields["bin_a"][row])) if binary else 0.0
-            # a product of this step's binary processes: its mass from BSE's, whatever
-            # the dynamics summed
-            product = fields["se_t_next"][row] < 0.0
-            changed_rows.append(row)
+            m_old_k = float(m_old[k])
+            v2_old_k = float(v2_old[k])
+            eb_old_k = float(eb_old[k])
             if b < 0 or result.outcome[b] == se.DESTROYED:
                 keep[row] = False
                 p[col["n_se_destroyed"]] += 1
-                p[col["m_se"]] += m_old
-                p[col["e_se_kinetic"]] -= 0.5 * m_old * v2_old
-                p[col["e_se_binding"]] -= eb_old
+                p[col["m_se"]] += m_old_k
+                p[col["e_se_kinetic"]] -= 0.5 * m_old_k * v2_old_k
+                p[col["e_se_binding"]] -= eb_old_k
                 continue
             p[col["n_supernovae"]] += int(n_sn[b])
             fields["se_tphys"][row] = batch.tphys[b]
             fields["se_t_next"][row] = t_next[b]
-            psi = 2.0 * math.pi * azimuth_u[k]
-            if result.outcome[b] == se.EVOLVED:
-                old = (old_msun["bin_m1_msun"][k], old_msun["bin_m2_msun"][k]) if binary \
-                    else (old_msun["m_msun"][k],)
-                self._update_object(fields, row, batch, b, binary, m_unit, units.length_rsun,
-                                    product, old)
-                m_new = float(fields["m"][row])
-                p[col["m_se"]] += m_old - m_new
-                p[col["e_se_kinetic"]] += 0.5 * (m_new - m_old) * v2_old
-                if kicked[b, 0]:
-                    dv = result.dv[b, 0] / v_unit
-                    vr, vt = _kicked(fields["vr"][row], fields["vt"][row], psi, dv)
-                    p[col["e_se_kicks"]] += 0.5 * m_new * (vr * vr + vt * vt - v2_old)
-                    fields["vr"][row], fields["vt"][row] = vr, vt
-                if binary:
-                    p[col["e_se_binding"]] += float(binding_energy(
-                        fields["bin_m1"][row], fields["bin_m2"][row],
-                        fields["bin_a"][row])) - eb_old
-                continue
             # a binary disrupted (two singles, each with its kick) or merged (one left)
             recs = self._split(fields, row, batch, b, m_unit)
             p[col["n_se_disrupted" if len(recs) == 2 else "n_se_mergers"]] += 1
-            p[col["e_se_binding"]] -= eb_old
-            m_new = sum(float(r["m"]) for _, r in recs)
-            p[col["m_se"]] += m_old - m_new
-            p[col["e_se_kinetic"]] += 0.5 * (m_new - m_old) * v2_old
+            p[col["e_se_binding"]] -= eb_old_k
+            m_new_k = sum(float(r["m"]) for _, r in recs)
+            p[col["m_se"]] += m_old_k - m_new_k
+            p[col["e_se_kinetic"]] += 0.5 * (m_new_k - m_old_k) * v2_old_k
             for j, rec in recs:
                 dv = result.dv[b, j] / v_unit
                 if np.any(dv != 0.0):
-                    rec["vr"], rec["vt"] = _kicked(rec["vr"], rec["vt"], psi, dv)
+                    rec["vr"], rec["vt"] = _kicked(rec["vr"], rec["vt"], float(psi[k]), dv)
                 p[col["e_se_kicks"]] += 0.5 * float(rec["m"]) * (
-                    rec["vr"] ** 2 + rec["vt"] ** 2 - v2_old)
+                    rec["vr"] ** 2 + rec["vt"] ** 2 - v2_old_k)
             for name in fields:
                 fields[name][row] = recs[0][1][name]
             if len(recs) == 2:
@@ -291,7 +312,7 @@ class StellarEvolution(Process):
             fields, gidx, block_start = _relayout(fields, keep, extras, gidx, block_start)
             if work.slots is None:  # rows no longer one per slot (escape.remove_unbound)
                 work.slots = np.zeros(0, dtype=np.int64)
-        slots = np.unique(work.gidx[np.array(changed_rows, dtype=np.int64)])
+        slots = np.unique(work.gidx[due])
         slot_mass = enc.slot_masses(slots, gidx, fields["m"])
         dm = slot_mass - sim.m_all[slots]
         moved = dm != 0.0
@@ -308,24 +329,6 @@ class StellarEvolution(Process):
         sim.stars = StarTable(fields)
         work.gidx, work.block_start = gidx, block_start
 
-    def _update_object(self, fields: dict, row: int, batch: se.Batch, b: int, binary: bool,
-                       m_unit: float, length_rsun: float, product: bool, old: tuple) -> None:
-        """An object that stays what it was (a single star, or a bound binary), its member
-        columns already written (:meth:`_write_back`); its Hénon mass follows BSE's where
-        BSE's changed from ``old`` (its mass or its members' in Msun before), or for a product
-        of this step."""
-        if binary:
-            for j in (0, 1):
-                if product or fields[f"bin_m{j + 1}_msun"][row] != old[j]:
-                    fields[f"bin_m{j + 1}"][row] = fields[f"bin_m{j + 1}_msun"][row] / m_unit
-            fields["bin_a"][row] = float(batch.sep[b]) / length_rsun
-            fields["bin_e"][row] = float(batch.ecc[b])
-            fields["m"][row] = fields["bin_m1"][row] + fields["bin_m2"][row]
-            fields["m_msun"][row] = fields["bin_m1_msun"][row] + fields["bin_m2_msun"][row]
-            return
-        if product or fields["m_msun"][row] != old[0]:
-            fields["m"][row] = fields["m_msun"][row] / m_unit
-
     def _split(self, fields: dict, row: int, batch: se.Batch, b: int,
                m_unit: float) -> list[tuple[int, dict]]:
         """The singles a binary leaves: [(member slot, record)], two if disrupted, one if the
@@ -340,6 +343,39 @@ class StellarEvolution(Process):
             single["m"] = single["m_msun"] / m_unit
             out.append((j, single))
         return out
+
+
+def _update_objects(fields: dict, rows: np.ndarray, batch: se.Batch, objects: np.ndarray,
+                    binary: np.ndarray, m_unit: float, length_rsun: float, product: np.ndarray,
+                    old_msun: dict[str, np.ndarray]) -> None:
+    """Objects that stay what they were (single stars, bound binaries: masks over ``rows``),
+    their member columns already written (:meth:`StellarEvolution._write_back`): a Hénon mass
+    follows BSE's where BSE's changed from ``old_msun`` (the object's or member's mass in Msun
+    before, at ``rows``), or for a ``product`` of this step; a binary's orbit is BSE's."""
+    single = ~binary
+    if single.any():
+        rs = rows[single]
+        upd = rs[product[single] | (fields["m_msun"][rs] != old_msun["m_msun"][single])]
+        fields["m"][upd] = fields["m_msun"][upd] / m_unit
+    if not binary.any():
+        return
+    rb = rows[binary]
+    for j in (1, 2):
+        msun = fields[f"bin_m{j}_msun"]
+        upd = rb[product[binary] | (msun[rb] != old_msun[f"bin_m{j}_msun"][binary])]
+        fields[f"bin_m{j}"][upd] = msun[upd] / m_unit
+    fields["bin_a"][rb] = batch.sep[objects[binary]] / length_rsun
+    fields["bin_e"][rb] = batch.ecc[objects[binary]]
+    fields["m"][rb] = fields["bin_m1"][rb] + fields["bin_m2"][rb]
+    fields["m_msun"][rb] = fields["bin_m1_msun"][rb] + fields["bin_m2_msun"][rb]
+
+
+def _kicked_arrays(vr: np.ndarray, vt: np.ndarray, psi: np.ndarray,
+                   dv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_kicked` of arrays (``dv`` of shape (n, 3))."""
+    x = vt * np.cos(psi) + dv[:, 0]
+    y = vt * np.sin(psi) + dv[:, 1]
+    return vr + dv[:, 2], np.hypot(x, y)
 
 
 def _kicked(vr: float, vt: float, psi: float, dv: np.ndarray) -> tuple[float, float]:
