@@ -422,8 +422,8 @@ def test_bse_failure_stops_the_run_at_its_last_checkpoint(tmp_path, monkeypatch,
 
     def failing(batch, *args, **kwargs):
         if now["step"] == 5:
-            caller = inspect.currentframe().f_back.f_locals  # StellarEvolution.run's
-            failed.append(int(caller["fields"]["id"][caller["call"][0]]))
+            caller = inspect.currentframe().f_back.f_locals  # se_spread._evolve_here's
+            failed.append(int(caller["ids"][0]))
             raise se.StellarEvolutionError(0, "injected")
         return evolve(batch, *args, **kwargs)
 

@@ -31,6 +31,7 @@ import numpy as np
 from cmc.diagnostics import SE_COUNTS, SE_SUMS
 from cmc.fields import FIELD_BY_NAME
 from cmc.processes.base import Process, StepWork
+from cmc.processes.se_spread import evolve_spread
 from cmc.replicated import update_slot_masses
 from cmc.stars import StarTable
 from cmc.state import StopRun
@@ -172,16 +173,13 @@ class StellarEvolution(Process):
         call = due[~void]
         batch = batch_of(fields, call, sim.units.length_rsun, seeds[~void])
         t_prev = batch.tphys.copy()
-        error = None
-        result = None
-        try:
-            with bse_watchdog():
-                result = se.evolve(batch, t_end, st.metallicity,
-                                   sim.cfg.bse.pts1_highmass_cutoff)
-        except se.StellarEvolutionError as exc:
-            row = call[exc.index]
-            error = (f"stellar evolution failed for object id {int(fields['id'][row])} at "
-                     f"t = {t_end:.6g} Myr (step {st.step + 1}): {exc}")
+        # the calls go round-robin over the ranks (the objects due sit on the first ones)
+        with bse_watchdog():
+            result, failed = evolve_spread(sim.comm, batch, fields["id"][call], t_end,
+                                           st.metallicity, sim.cfg.bse.pts1_highmass_cutoff)
+        error = None if failed is None else (
+            f"stellar evolution failed for object id {failed[0]} at t = {t_end:.6g} Myr "
+            f"(step {st.step + 1}): {failed[1]}")
         errors = [e for e in sim.comm.allgather(error) if e]
         if errors:
             for e in errors:
