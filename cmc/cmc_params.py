@@ -36,17 +36,8 @@ from cmc.errors import InputError
 #: ``run.t_max`` of a converted file [t_rh0]: far beyond any CMC stop.
 T_MAX_OUT_OF_THE_WAY = 1e9
 
-#: Why nothing that needs stellar radii is honoured: the run gives the few-body engine no
-#: radius unit (``BinaryPhysics.radius_unit`` stays 0), so its sticky-sphere mergers never
-#: happen in a cluster.
-POINT_MASSES = "stars are point masses until stellar evolution sets radii"
-
 #: Switches that ask for a process or output this code does not have: honoured when 0.
 _OFF_OR_UNSUPPORTED = {
-    # CMC gives the stars of its few-body encounters their radii only with SS_COLLISION = 1
-    # (cmc_binsingle.c, cmc_binbin.c: R = 0 otherwise), so 0 asks for point masses, as here
-    "SS_COLLISION": f"{POINT_MASSES}: no single-single collisions and no sticky-sphere "
-                    "mergers in binary encounters",
     "TIDAL_CAPTURE": "tidal capture is not implemented",
     "TC_POLYTROPE": "tidal capture is not implemented",
     "BHNS_TDE": "tidal disruptions are not implemented",
@@ -101,14 +92,6 @@ BSE_IDUM_WHY = ("seed of BSE's random numbers: the kicks here draw from the run'
 _BSE_KEYS = {**{f.name.upper(): f.name for f in fields(BseConfig) if f.name not in OWN_KEYS},
              "STELLAR_EVOLUTION": "stellar_evolution",
              "PTS1_HIGHMASS_CUTOFF": "pts1_highmass_cutoff"}
-
-#: Factors on the stars' radii in collisions; CMC uses them only with SS_COLLISION = 1
-#: (cmc_dynamics.c, cmc_binsingle.c, cmc_binbin.c): then not honoured, else no effect.
-_RADIUS_FACTORS = {
-    "COLL_FACTOR": "factor on the sticky-sphere pericentre of single-single collisions",
-    "BH_RADIUS_MULTIPLYER": "factor on black holes' radii in encounters' collisions",
-}
-
 
 @dataclass
 class Conversion:
@@ -330,16 +313,19 @@ def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversio
     bse.update({k: v for k, v in sections.get("bse", {}).items() if k.upper() in known})
     _convert_bse(bse, out, put)
     # switches that are fine off, fixed values, bookkeeping
-    collisions = (v := cmc.get("SS_COLLISION")) is not None and _flag(v, "SS_COLLISION")
+    # collisions (after [bse]: single-single collisions need the stars' radii; without stellar
+    # evolution the validation refuses them, and the key is listed with that reason)
+    if (v := pop("SS_COLLISION")) is not None:
+        put("SS_COLLISION", binaries__ss_collision="true" if _flag(v, "SS_COLLISION")
+            else "false")
+    if (v := pop("COLL_FACTOR")) is not None:
+        put("COLL_FACTOR", binaries__coll_factor=str(_number(v, "COLL_FACTOR")))
+    if (v := pop("BH_RADIUS_MULTIPLYER")) is not None:
+        put("BH_RADIUS_MULTIPLYER",
+            binaries__bh_radius_multiplier=str(_number(v, "BH_RADIUS_MULTIPLYER")))
     for key, why in _OFF_OR_UNSUPPORTED.items():
         if (v := pop(key)) is not None and _flag(v, key):
             out.not_honoured.append((key, v, why))
-    for key, what in _RADIUS_FACTORS.items():
-        if (v := pop(key)) is not None:
-            if collisions:
-                out.not_honoured.append((key, v, f"{what}: {POINT_MASSES}"))
-            else:
-                out.ignored.append((key, v, f"{what}, used only with SS_COLLISION = 1"))
     for key, (ours, why) in _FIXED.items():
         if (v := pop(key)) is not None and _number(v, key) != ours:
             out.not_honoured.append((key, v, why))

@@ -200,6 +200,15 @@ class BinariesConfig:
                              hi=1e-5)
     t_max_periods: float = _p(1e5, "periods", "discard an encounter unresolved after this "
                               "time, in periods of its widest binary", lo=1.0)
+    ss_collision: bool = _p(False, "", "single stars that pass within the sum of their radii "
+                            "in the relaxation's pairing merge (sticky spheres, CMC's "
+                            "SS_COLLISION; needs bse.stellar_evolution for the radii)")
+    coll_factor: float = _p(1.0, "R1+R2", "sticky-sphere pericentre of a single-single "
+                            "collision in units of the sum of the radii (CMC's COLL_FACTOR)",
+                            lo=0.0, lo_open=True)
+    bh_radius_multiplier: float = _p(5.0, "", "black holes' radii inside few-body encounters "
+                                     "are this many times BSE's (CMC's BH_RADIUS_MULTIPLYER)",
+                                     lo=1.0)
 
 
 @dataclass
@@ -316,6 +325,9 @@ class Config:
             raise ConfigError("binaries.eta_max: must be above binaries.eta_min")
         if (msg := bse_problem(self.bse)) is not None:
             raise ConfigError(msg)
+        if self.binaries.ss_collision and not self.bse.stellar_evolution:
+            raise ConfigError("binaries.ss_collision: needs bse.stellar_evolution = true (the "
+                              "stars' radii)")
 
 
 def _format(v: Any) -> str:

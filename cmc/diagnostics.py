@@ -57,6 +57,7 @@ DIAG_UNITS = {
     "n_se_evolved": "objects per step", "n_supernovae": "stars per step",
     "n_se_disrupted": "binaries per step", "n_se_mergers": "binaries per step",
     "n_se_destroyed": "objects per step",
+    "n_collisions": "pairs per step",
     "N_bh": "stars", "N_ns": "stars", "N_wd": "stars", "N_bh_binaries": "binaries",
     "N_bbh": "binaries", "M_bh": "Msun",
 }
@@ -97,6 +98,7 @@ DIAG_MEANINGS = {
     "stellar evolution (supernova kicks) in the step", "n_se_mergers": "binaries whose "
     "members merged in BSE in the step", "n_se_destroyed": "objects that left no remnant "
     "in the step",
+    "n_collisions": "single-single collisions (sticky spheres) in the step",
     "N_bh": "black holes in the cluster (single or in binaries)",
     "N_ns": "neutron stars in the cluster (single or in binaries)",
     "N_wd": "white dwarfs in the cluster (single or in binaries)",
@@ -360,6 +362,8 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
         d.update(zip(REMNANT_COLUMNS, ranked_sum(sim.comm, remnant_sums(sim)).tolist(),
                      strict=True))
         base.update(dict.fromkeys(SE_COUNTS, 0.0))
+    if sim.phys.ss_collision:
+        base["n_collisions"] = 0.0
     base.update(extra or {})
     d.update(base)
     # the step over the central crossing time r_c / v0_rms (both N-body units; 0 before

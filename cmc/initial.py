@@ -46,7 +46,8 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
             # a cmc snapshot is in the units of the run that wrote it (M < 1 after escapes);
             # any other file must be in Hénon units or is rescaled to them
             to_henon_units(stars, ini.file)
-        ensure_binary_columns(stars, cfg.binaries.three_body, cfg.bse.stellar_evolution)
+        ensure_binary_columns(stars, cfg.binaries.three_body, cfg.bse.stellar_evolution,
+                          cfg.binaries.ss_collision)
         # a run's snapshot holds its current tidal radius (0 when isolated) and the model's
         r_tidal = float(attrs.get("r_tidal", 0.0)) or float(attrs.get("r_tidal_model", 0.0))
         info = {"n": n, "model": "file", "r_tidal": r_tidal,
@@ -80,7 +81,8 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     n_bin = 0
     if ini.binary_fraction > 0.0:
         n_bin = add_primordial_binaries(out, rng, ini)
-    ensure_binary_columns(out, cfg.binaries.three_body, cfg.bse.stellar_evolution)
+    ensure_binary_columns(out, cfg.binaries.three_body, cfg.bse.stellar_evolution,
+                          cfg.binaries.ss_collision)
     info = {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total,
             "n_binaries": n_bin}
     _scale_masses(out, info, ini.m_total_msun)
@@ -197,7 +199,8 @@ def _cosmic_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     validate_stars(stars, path)
     if not in_nbody_units(stars):
         to_henon_units(stars, path)
-    ensure_binary_columns(stars, cfg.binaries.three_body, cfg.bse.stellar_evolution)
+    ensure_binary_columns(stars, cfg.binaries.three_body, cfg.bse.stellar_evolution,
+                          cfg.binaries.ss_collision)
     info["model"] = "file"
     _scale_masses(stars, info, cfg.initial.m_total_msun)
     return stars, info
@@ -339,10 +342,11 @@ def to_henon_units(stars: dict[str, np.ndarray], where: str) -> None:
 
 
 def ensure_binary_columns(stars: dict[str, np.ndarray], three_body: str,
-                          stellar_evolution: bool = False) -> None:
+                          stellar_evolution: bool = False, collisions: bool = False) -> None:
     """Give the table its binary columns (all singles) when binaries can form in the run:
     ``three_body = all``, or ``bh`` with black holes (startype 14) present or made by stellar
-    evolution.  The columns are
+    evolution; and with single-single collisions (``collisions``: they are selected in the
+    pairing of runs with binary columns).  The columns are
     there exactly when a run has or can form binaries; it then runs on through core collapse
     by default (``run.n_core_stop = -1``)."""
     from cmc.fields import BINARY_FIELDS
@@ -352,7 +356,7 @@ def ensure_binary_columns(stars: dict[str, np.ndarray], three_body: str,
         return
     n = stars["m"].size
     types = stars.get("startype")
-    if three_body == "all" or (three_body == "bh" and (stellar_evolution or (
+    if collisions or three_body == "all" or (three_body == "bh" and (stellar_evolution or (
             types is not None and np.any(np.asarray(types) == BLACK_HOLE)))):
         for f in BINARY_FIELDS:
             stars[f.name] = np.full(n, f.default, dtype=f.dtype)

@@ -101,6 +101,8 @@ class Simulation:
             x_bb=b.x_bb, three_body=b.three_body, eta_min=b.eta_min, eta_max=b.eta_max,
             three_body_neighbours=b.three_body_neighbours,
             wide_factor=b.wide_factor, wide_hardness_min=b.wide_hardness_min,
+            ss_collision=b.ss_collision, coll_factor=b.coll_factor,
+            bh_radius_multiplier=b.bh_radius_multiplier,
             **binary_physics_settings(self),
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,

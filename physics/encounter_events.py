@@ -71,6 +71,7 @@ COUNT_NAMES = (
     "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
     "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
     "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers", "e_integrator",
+    "n_collisions",
 )
 #: Index of each counter in the array :func:`physics.encounters.apply_events` returns.
 C = {name: k for k, name in enumerate(COUNT_NAMES)}
@@ -128,6 +129,9 @@ class BinaryPhysics:
     radius_unit: float = 0.0
     settings: fewbody.EncounterSettings = fewbody.EncounterSettings()
     merge_stars: Callable[[list[dict]], dict | None] | None = None
+    ss_collision: bool = False
+    coll_factor: float = 1.0
+    bh_radius_multiplier: float = 1.0
 
 
 # ------------------------------------------------------------------------ geometry helpers
@@ -334,14 +338,20 @@ def _members(rec: dict) -> dict[int, dict]:
     return {int(rec["id"]): mem}
 
 
-def _object(rec: dict, radius_unit: float) -> fewbody.StarObject:
+def _object(rec: dict, radius_unit: float, bh_multiplier: float = 1.0) -> fewbody.StarObject:
+    """The few-body object of a row; radii in the cluster's length unit, a black hole's
+    ``bh_multiplier`` times BSE's (CMC's BH_RADIUS_MULTIPLYER)."""
+    def radius(rad: float, kind: int) -> float:
+        return float(rad) * radius_unit * (bh_multiplier if int(kind) == BLACK_HOLE else 1.0)
+
     if rec["binind"] >= 0:
         return fewbody.binary((int(rec["bin_id1"]), int(rec["bin_id2"])),
                               (float(rec["bin_m1"]), float(rec["bin_m2"])),
                               float(rec["bin_a"]), float(rec["bin_e"]),
-                              (float(rec["bin_rad1"]) * radius_unit,
-                               float(rec["bin_rad2"]) * radius_unit))
-    return fewbody.single(int(rec["id"]), float(rec["m"]), float(rec["rad"]) * radius_unit)
+                              (radius(rec["bin_rad1"], rec["bin_startype1"]),
+                               radius(rec["bin_rad2"], rec["bin_startype2"])))
+    return fewbody.single(int(rec["id"]), float(rec["m"]),
+                          radius(rec["rad"], rec["startype"]))
 
 
 def _leaf(q: fewbody.Product, members: dict[int, dict], radius_unit: float,
@@ -463,8 +473,8 @@ def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: Bi
                      ) -> tuple[fewbody.InitialState, float]:
     """Draw the encounter of local rows (i, i + 1): its initial state and the spin angle of
     its frame about the relative velocity (10 uniforms from the block's sub-stream)."""
-    obj1 = _object(blk.row(i), phys.radius_unit)
-    obj2 = _object(blk.row(i + 1), phys.radius_unit)
+    obj1 = _object(blk.row(i), phys.radius_unit, phys.bh_radius_multiplier)
+    obj2 = _object(blk.row(i + 1), phys.radius_unit, phys.bh_radius_multiplier)
     both = obj1.is_binary and obj2.is_binary
     rp = phys.x_bb * (obj1.a + obj2.a) if both else phys.x_bs * max(obj1.a, obj2.a)
     state = fewbody.sample_encounter(obj1, obj2, w, rp, states, blk.b, phys.settings.tidal_tol)
@@ -536,6 +546,40 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
         taken, left = blk.take_energy(-e_outer, new_recs)
         counts[C["e_taken"]] += taken
         blk.owed += left
+
+
+def is_collision(blk: _Block, i: int) -> bool:
+    """Whether the selected pair (i, i + 1) is a collision: two single stars (a pair with a
+    binary is a few-body encounter)."""
+    return blk.row(i)["binind"] < 0 and blk.row(i + 1)["binind"] < 0
+
+
+def _collision(blk: _Block, i: int, phi: float, counts: np.ndarray,
+               merge_stars: Callable[[list[dict]], dict | None] | None) -> None:
+    """Two single stars (local rows i, i + 1) that touched merge (CMC's sscollision_do for
+    sticky spheres): the product, BSE's merger of the two (:func:`_merged`; due for stellar
+    evolution in this step), moves with the pair's centre-of-mass velocity at the drawn
+    ``phi`` and takes row i's slot.  The pair's relative kinetic energy (mu W^2 / 2) is what
+    the merger dissipates: ``e_mergers``, so ``E_tot`` keeps it; the shells' energy change
+    from the mass moving between the two slots is kept exact by :meth:`_Block.place`."""
+    j = i + 1
+    ri, rj = blk.row(i), blk.row(j)
+    v_i, v_j = pair_velocities(ri["vr"], ri["vt"], rj["vr"], rj["vt"], phi)
+    mi, mj = float(ri["m"]), float(rj["m"])
+    v_cm = (mi * v_i + mj * v_j) / (mi + mj)
+    members = {**_members(ri), **_members(rj)}
+    sid = min(members)
+    if "se_tphys" in ri:
+        product = _merged([members[k] for k in sorted(members)], merge_stars)
+    else:  # point masses with radii (no stellar evolution): masses and radii add up
+        product = {"m": mi + mj, "m_msun": ri["m_msun"] + rj["m_msun"],
+                   "rad": ri["rad"] + rj["rad"], "startype": max(ri["startype"],
+                                                                  rj["startype"])}
+    rec = _single_record(ri, sid, product, v_cm)
+    dk = _kinetic((rec,)) - _kinetic((ri, rj))
+    counts[C["n_collisions"]] += 1
+    counts[C["e_mergers"]] += dk
+    blk.place([i, j], [(i, rec)], counts)
 
 
 def _three_body_draws(blk: _Block, states: np.ndarray) -> np.ndarray:

@@ -66,11 +66,13 @@ from physics.encounter_events import (
     C,
     _Block,
     _break_wide,
+    _collision,
     _encounter,
     _encounter_setup,
     _three_body,
     _three_body_draws,
     incoming_direction,
+    is_collision,
     pair_velocities,
     relative_state,
     rotation_onto,
@@ -222,7 +224,9 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     # 1. every draw, in the fixed order (block, kind, row)
     draws = []
     for b, kind, i in events:
-        if kind == 0:
+        if kind == 0 and is_collision(block(b), i):
+            draws.append(None)  # a collision of two single stars draws nothing
+        elif kind == 0:
             draws.append(_encounter_setup(block(b), i, float(enc_w[i // 2]), states, phys))
         elif kind == 1:
             draws.append(_three_body_draws(block(b), states))
@@ -230,14 +234,16 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
             draws.append(None)
     # 2. the encounters, concurrently (each a function of its initial state only)
     outcomes = integrate_all([d[0] for (_, kind, _), d in zip(events, draws, strict=True)
-                              if kind == 0], phys.settings)
+                              if kind == 0 and d is not None], phys.settings)
     # 3. write-back in the fixed order
     k_enc = 0
     for (b, kind, i), d in zip(events, draws, strict=True):
         blk = block(b)
         # the counters of the rank that owns block b (a view: updated in place)
         c = seg_counts[int(np.searchsorted(bounds, b, side="right")) - 1]
-        if kind == 0:
+        if kind == 0 and d is None:
+            _collision(blk, i, float(enc_phi[i // 2]), c, phys.merge_stars)
+        elif kind == 0:
             _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], c,
                        phys.radius_unit, phys.merge_stars)
             k_enc += 1

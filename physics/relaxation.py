@@ -367,7 +367,7 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
 @njit(cache=True, parallel=True)
 def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, states, dt, n0,
                           coulomb_ratio, dt_nb, x_bs, x_bb, bs_on, bb_on, beta_stats,
-                          encounter, enc_phi, enc_w, p_stats):
+                          encounter, enc_phi, enc_w, p_stats, coll_rad=None):
     """:func:`relax_pairs` for a cluster with binaries: a pair holding a binary may instead
     have a strong encounter (the paper's section 2, CMC's ``dynamics_apply``).
 
@@ -400,7 +400,12 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
     enc_phi, enc_w : ndarray, shape (n // 2 + 1,)
         Out: its phi and relative speed W.
     p_stats : ndarray, shape (nblocks, 3)
-        Out per block: pairs with a binary, pairs with P >= 1, largest P.
+        Out per block: pairs with a binary, pairs with P >= 1, largest P (collisions
+        included in the last two).
+    coll_rad : ndarray, optional
+        Each row's sticky-sphere radius [N-body length] for single-single collisions (CMC's
+        COLL_FACTOR times the stellar radius); None (the default): no collisions, and single
+        pairs draw nothing more.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -445,6 +450,27 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
                         enc_phi[k] = phi
                         enc_w[k] = w
                         continue
+            elif coll_rad is not None and not (wide[i] or wide[j]):
+                rp = coll_rad[i] + coll_rad[j]
+                if rp > 0.0:  # two stars with radii: sticky spheres
+                    u = taus_uniform(states, b)
+                    dx = vt[i] - vt[j] * np.cos(phi)
+                    dy = -vt[j] * np.sin(phi)
+                    dz = vr[i] - vr[j]
+                    w = np.sqrt(dx * dx + dy * dy + dz * dz)
+                    if w > 0.0:
+                        dens = local_number_density(r_all, offset + i, n0) * n0
+                        p = dens * w * strong_encounter_cross_section(rp, m[i] + m[j], w) \
+                            * dt_nb
+                        if p >= 1.0:
+                            n_p1 += 1.0
+                        if p > p_max:
+                            p_max = p
+                        if u < p:
+                            encounter[k] = True
+                            enc_phi[k] = phi
+                            enc_w[k] = w
+                            continue
             beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, j, phi, psi, dt, n0,
                                     coulomb_ratio)
             if beta >= 0.0:

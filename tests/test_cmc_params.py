@@ -34,7 +34,7 @@ def test_every_parameter_is_mapped_or_listed():
         | {p.removeprefix("[bse] ") for p, _, _ in conv.not_honoured}
     keys = _keys(DATA)
     honoured_when_off = {"PERTURB", "SNAPSHOTTING", "TIDAL_CAPTURE", "TC_POLYTROPE",
-                         "COLL_FACTOR", "BHNS_TDE", "USE_TT_FILE", "USE_DF_CUTOFF",
+                         "BHNS_TDE", "USE_TT_FILE", "USE_DF_CUTOFF",
                          "BH_SNAPSHOTTING", "SNAPSHOT_CORE_COLLAPSE", "WRITE_EXTRA_CORE_INFO",
                          "WRITE_PULSAR_INFO", "WRITE_MOREPULSAR_INFO", "WRITE_STELLAR_INFO",
                          "FORCE_RLX_STEP", "DT_HARD_BINARIES", "AVEKERNEL", "BH_AVEKERNEL",
@@ -46,7 +46,7 @@ def test_every_parameter_is_mapped_or_listed():
     for key in ("TIDAL_CAPTURE", "USE_TT_FILE", "WRITE_STELLAR_INFO", "BINARY_BREAKING_MIN"):
         assert key not in accounted
     listed = {p for p, _, _ in conv.not_honoured}
-    for key in ("SS_COLLISION", "BH_CAPTURE", "TIDAL_TREATMENT", "SNAPSHOT_WINDOWS",
+    for key in ("BH_CAPTURE", "TIDAL_TREATMENT", "SNAPSHOT_WINDOWS",
                 "MASS_BINS", "WRITE_BH_INFO"):
         assert key in listed, key
     # every [bse] key of CMC-COSMIC's example is mapped (issue 48): none is listed
@@ -103,32 +103,29 @@ def test_switches_and_refusals(tmp_path):
     assert cfg.run.t_max_code == 100.0 and cfg.run.t_max_myr == 13800.0
 
 
-def test_collisions_and_radius_factors_are_not_honoured(tmp_path):
-    """Stars are point masses in a run (the few-body engine gets no radius unit), so CMC's
-    physical collisions (SS_COLLISION = 1: single-single collisions and sticky-sphere mergers
-    in binary encounters) and the factors on the stars' radii are listed as not honoured, with
-    that reason; with SS_COLLISION = 0 CMC's encounters are point masses too (its R = 0)."""
-    from cmc.cmc_params import POINT_MASSES
+def test_collisions_and_radius_factors_are_mapped(tmp_path):
+    """SS_COLLISION, COLL_FACTOR and BH_RADIUS_MULTIPLYER map to [binaries] ss_collision,
+    coll_factor, bh_radius_multiplier; single-single collisions need the stars' radii, so
+    without stellar evolution SS_COLLISION = 1 is listed as not honoured, with the reason."""
+    ini = tmp_path / "p.ini"
+    ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 1\nSS_COLLISION = 1\nCOLL_FACTOR = 2.0\n"
+                   "BH_RADIUS_MULTIPLYER = 4\n")
+    conv = convert_cmc_ini(ini)
+    assert conv.not_honoured == []
+    cfg = load_config(text=conv.ini())
+    assert cfg.binaries.ss_collision and cfg.binaries.coll_factor == 2.0
+    assert cfg.binaries.bh_radius_multiplier == 4.0
+    assert main(["convert-ini", str(ini)]) == 0
+    ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 0\nSS_COLLISION = 1\n")
+    listed = {p: why for p, _, why in convert_cmc_ini(ini).not_honoured}
+    assert "bse.stellar_evolution" in listed["SS_COLLISION"]
+    ini.write_text("[cmc]\nSS_COLLISION = 0\n")
+    conv = convert_cmc_ini(ini)
+    assert conv.not_honoured == [] and not load_config(text=conv.ini()).binaries.ss_collision
+    # a run without stellar evolution gives the few-body engine no radius unit
     from cmc.simulation import Simulation
     from parallel.comm import SerialComm
 
-    assert POINT_MASSES == "stars are point masses until stellar evolution sets radii"
-    ini = tmp_path / "p.ini"
-    ini.write_text("[cmc]\nSS_COLLISION = 1\nCOLL_FACTOR = 1.0\nBH_RADIUS_MULTIPLYER = 5\n")
-    conv = convert_cmc_ini(ini)
-    listed = {p: why for p, _, why in conv.not_honoured}
-    for key in ("SS_COLLISION", "COLL_FACTOR", "BH_RADIUS_MULTIPLYER"):
-        assert key in listed and POINT_MASSES in listed[key], key
-    assert "mergers in binary encounters" in listed["SS_COLLISION"]
-    assert f"# not honoured: SS_COLLISION = 1: {POINT_MASSES}" in conv.ini()
-    assert main(["convert-ini", str(ini)]) == 0
-    # SS_COLLISION = 0 (CMC's default) asks for point masses: honoured; the factors do nothing
-    ini.write_text("[cmc]\nSS_COLLISION = 0\nCOLL_FACTOR = 2\nBH_RADIUS_MULTIPLYER = 5\n")
-    conv = convert_cmc_ini(ini)
-    assert conv.not_honoured == []
-    assert {p for p, _, _ in conv.ignored} == {"COLL_FACTOR", "BH_RADIUS_MULTIPLYER"}
-    # the reason holds: a run gives the few-body engine no radius unit (when it does, the
-    # converter and docs/cmc_formats.md must say what is honoured)
     cfg = load_config(None, ["initial.n=200", "initial.binary_fraction=0.1"])
     assert Simulation.create(cfg, SerialComm()).phys.radius_unit == 0.0
 
@@ -176,7 +173,7 @@ def test_cli_two_commands_from_cosmic_and_cmc_files(tmp_path):
     p = subprocess.run([sys.executable, "-m", "cmc.cli", "convert-ini",
                         str(tmp_path / "params.ini")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert "not honoured: SS_COLLISION = 1" in p.stderr
+    assert "not honoured: BH_CAPTURE = 1" in p.stderr
     assert p.stderr.count("\n") == p.stderr.count("cmc convert-ini:")  # one line each
     (tmp_path / "ours.ini").write_text(p.stdout)
     assert main(["run", str(tmp_path / "ours.ini"), "-o", str(tmp_path / "run")]) == 0

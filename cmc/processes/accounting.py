@@ -130,6 +130,8 @@ class Accounting(Process):
                  **{k: ev[k] for k in EVENT_COUNTS}}
         if sim.stars.has_se_fields:
             extra.update({k: se_step[k] for k in SE_COUNTS})
+        if sim.phys.ss_collision:
+            extra["n_collisions"] = ev["n_collisions"]
         d = diagnostics_row(sim, record=True, extra=extra, kinetic=float(red[0]),
                             binaries=(float(red[9]), float(red[10])),
                             central_v2=float(central_v2), structure=structure)

@@ -32,12 +32,13 @@ class BinaryEvents(Process):
                "debts, counts")
     draws = ("block sub-stream, after relaxation's: per event in block order, an encounter's "
              "10 uniforms (its initial state and the spin of its frame) or a three-body "
-             "formation's 7 (two azimuths, hardness, e, direction)")
+             "formation's 7 (two azimuths, hardness, e, direction); a collision of two single "
+             "stars none")
     energy = ("E_encounters", "E_three_body", "E_taken", "E_oops", "E_slots", "E_ejected",
               "E_mergers", "E_integrator")
     counters = ("n_binary_single", "n_binary_binary", "n_three_body", "n_exchanges",
                 "n_ionisations", "n_mergers", "n_triples", "n_wide_broken",
-                "n_encounters_discarded", "n_ejected")
+                "n_encounters_discarded", "n_ejected", "n_collisions")
     wait_after = True
 
     def run(self, work: StepWork) -> None:
