@@ -206,6 +206,9 @@ class BinariesConfig:
     coll_factor: float = _p(1.0, "R1+R2", "sticky-sphere pericentre of a single-single "
                             "collision in units of the sum of the radii (CMC's COLL_FACTOR)",
                             lo=0.0, lo_open=True)
+    dt_fraction_coll: float = _p(0.005, "T_coll", "with ss_collision, the step is at most this "
+                                 "fraction of the central single stars' collision time scale "
+                                 "(CMC's, Freitag & Benz 2002)", lo=0.0, lo_open=True)
     bh_radius_multiplier: float = _p(5.0, "", "black holes' radii inside few-body encounters "
                                      "are this many times BSE's (CMC's BH_RADIUS_MULTIPLYER)",
                                      lo=1.0)

@@ -43,6 +43,36 @@ def binding_energy(m1, m2, a):
     return -0.5 * m1 * m2 / a
 
 
+def collision_timescale(n_s: float, sigma: float, r2_mean: float, mr_mean: float,
+                        x_coll: float = 1.0) -> float:
+    """Time scale of single-single sticky-sphere collisions (CMC's Tcoll, from Freitag & Benz
+    2002, paper II).
+
+    ``1/T_coll = 16 sqrt(pi) n_s X^2 sigma <R^2> (1 + <m R> / (2 X sigma^2 <R^2>))``.
+
+    Parameters
+    ----------
+    n_s : float
+        Number density of single stars (r_vir^-3).
+    sigma : float
+        One-dimensional velocity dispersion of the single stars, ``v_rms / sqrt(3)`` (v_NB).
+    r2_mean, mr_mean : float
+        ``<R^2>`` (r_vir^2) and ``<m R>`` (M0 r_vir) of the single stars' radii R.
+    x_coll : float
+        Collision pericentre in units of R1 + R2 (CMC's COLL_FACTOR).
+
+    Returns
+    -------
+    float
+        ``T_coll`` in N-body time units (``inf`` without singles or radii).
+    """
+    if n_s <= 0.0 or r2_mean <= 0.0 or sigma <= 0.0:
+        return np.inf
+    rate = 16.0 * SQRT_PI * n_s * x_coll ** 2 * sigma * r2_mean * (
+        1.0 + mr_mean / (2.0 * x_coll * sigma ** 2 * r2_mean))
+    return 1.0 / rate if rate > 0.0 else np.inf
+
+
 def binary_single_timescale(n_s: float, sigma: float, a_mean: float, a2_mean: float,
                             m_bin_mean: float, x_bs: float = 2.0) -> float:
     """Time scale of strong binary-single encounters, paper eq. (10).

@@ -270,3 +270,37 @@ def test_restart_with_collisions_is_bit_for_bit(tmp_path, _in_tmp, emulate):
     np.testing.assert_array_equal(ra, rb)
     for k in da:
         np.testing.assert_array_equal(da[k], db[k], err_msg=k)
+
+
+def test_collision_timescale_formula_and_the_step_limit(_in_tmp):
+    """T_coll = 1 / (16 sqrt(pi) n X^2 sigma <R^2> (1 + <m R> / (2 X sigma^2 <R^2>))) (CMC's,
+    Freitag & Benz 2002): checked against the rate of the focused cross section averaged over
+    a Maxwellian in the two limits; in a run with collisions the step is at most
+    binaries.dt_fraction_coll T_coll (relaxation units), and it is that in the first step of
+    a cluster with stretched radii."""
+    from cmc.processes.timestep import TimeStep
+    from cmc.simulation import Simulation
+    from parallel.comm import SerialComm
+    from physics.binaries import collision_timescale
+
+    # geometric limit (no focusing): rate per star n <sigma_geo v_rel>, sigma_geo = pi (2R)^2,
+    # <v_rel> = 4 sigma / sqrt(pi) for two Maxwellians: 16 sqrt(pi) n R^2 sigma
+    n, sig, r = 1e4, 0.5, 1e-5
+    assert collision_timescale(n, sig, r * r, 0.0) == pytest.approx(
+        1.0 / (n * math.pi * (2 * r) ** 2 * 4 * sig / math.sqrt(math.pi)), rel=1e-12)
+    # focusing doubles the rate when <m R> = 2 sigma^2 <R^2>
+    assert collision_timescale(n, sig, r * r, 2 * sig ** 2 * r * r) == pytest.approx(
+        0.5 * collision_timescale(n, sig, r * r, 0.0), rel=1e-12)
+    assert collision_timescale(0.0, sig, r * r, 0.0) == math.inf
+    sim = Simulation.create(load_config(None, COLLIDING), SerialComm())
+    ts = next(p for p in sim.step.processes if isinstance(p, TimeStep))
+    t_coll = ts.collision_timescale()
+    assert math.isfinite(t_coll) and t_coll > 0.0
+    sim.step()
+    st = sim.state
+    dt = sim.history["dt"][-1]
+    assert dt == pytest.approx(0.005 * t_coll * st.lnl0 / st.n0, rel=1e-12)
+    off = Simulation.create(load_config(None, [*COLLIDING, "binaries.dt_fraction_coll=1e9"]),
+                            SerialComm())
+    off.step()
+    assert off.history["dt"][-1] > 3 * dt  # (8.5x here)

@@ -15,7 +15,11 @@ from cmc.state import StopRun
 from parallel.comm import allgatherv_array, ranked_sum
 from parallel.decomposition import MIN_CHUNK, rank_bounds
 from physics import encounters as enc
-from physics.binaries import binary_binary_timescale, binary_single_timescale
+from physics.binaries import (
+    binary_binary_timescale,
+    binary_single_timescale,
+    collision_timescale,
+)
 from physics.relaxation import (
     block_moments,
     window_boundary_counts,
@@ -32,7 +36,8 @@ if TYPE_CHECKING:
 
 class TimeStep(Process):
     """dt = (2 theta_max / pi)^2 min T_rel over ``run.dt_window``-star windows, at most
-    ``binaries.dt_fraction_bs`` T_bs and ``dt_fraction_bb`` T_bb (paper eqs 9-10), at most
+    ``binaries.dt_fraction_bs`` T_bs and ``dt_fraction_bb`` T_bb (paper eqs 9-10) and, with
+    collisions, ``dt_fraction_coll`` T_coll (CMC's), at most
     ``run.dt_growth_max`` times the last, and short enough for the tidal mass loss
     (``tidal.dm_fraction_max``) and for stellar evolution's (``bse.dt_mass_fraction``)."""
 
@@ -68,6 +73,10 @@ class TimeStep(Process):
             dt_bin = min(b.dt_fraction_bs * t_bs * to_rel, b.dt_fraction_bb * t_bb * to_rel)
             binary_limited = dt_bin < dt
             dt = min(dt, dt_bin)
+        if sim.phys.ss_collision and sim.phys.radius_unit > 0.0:
+            # CMC's collision limit: 0.005 of the central single stars' collision time
+            t_coll = self.collision_timescale()
+            dt = min(dt, sim.cfg.binaries.dt_fraction_coll * t_coll * st.lnl0 / st.n0)
         if st.dt_prev > 0.0:
             dt = min(dt, cfg.dt_growth_max * st.dt_prev)
         dt = tidal_mass_loss_timestep(dt, st.dt_prev, st.dm_tidal_prev, st.m0,
@@ -158,6 +167,40 @@ class TimeStep(Process):
                                        a2_sum / n_b, ma_sum / n_b, b.x_bb)
         return t_bs, t_bb
 
+
+    def collision_timescale(self) -> float:
+        """T_coll of the single stars among the central 300 objects (N-body time), as
+        CMC-COSMIC's: their number density in the sphere of the central objects, v_rms /
+        sqrt(3), <R^2> and <m R> of their radii R (collective; per-block sums gathered and
+        added in block order: the same bits on every rank and in the serial emulation)."""
+        sim = self.sim
+        s = sim.stars
+        n_central_blocks = (CENTRAL_STARS + MIN_CHUNK - 1) // MIN_CHUNK
+        nb = max(0, min(n_central_blocks - sim.offset // MIN_CHUNK,
+                        (s.n + MIN_CHUNK - 1) // MIN_CHUNK))
+        rows = min(s.n, nb * MIN_CHUNK)
+        single = s.binind[:rows] < 0
+        rad = s.rad[:rows] * sim.phys.radius_unit
+        m = s.m[:rows]
+        v2 = s.vr[:rows] ** 2 + s.vt[:rows] ** 2
+        local = np.zeros((nb, 5))
+        if nb:
+            starts = np.arange(nb) * MIN_CHUNK
+            local[:, 0] = np.add.reduceat(single.astype(np.float64), starts)
+            local[:, 1] = np.add.reduceat(np.ones(rows), starts)
+            local[:, 2] = np.add.reduceat(np.where(single, v2, 0.0), starts)
+            local[:, 3] = np.add.reduceat(np.where(single, rad * rad, 0.0), starts)
+            local[:, 4] = np.add.reduceat(np.where(single, m * rad, 0.0), starts)
+        sums = allgatherv_array(sim.comm, local)
+        tot = np.zeros(5)
+        for row in sums:  # block order, whatever the ranks
+            tot += row
+        n_s, n_c, v2_sum, r2_sum, mr_sum = tot
+        if n_s < 1 or n_c < 2:
+            return math.inf
+        vol = 4.0 / 3.0 * math.pi * float(sim.r_all[int(n_c) - 1]) ** 3
+        return collision_timescale(n_s / vol, math.sqrt(v2_sum / (3.0 * n_s)), r2_sum / n_s,
+                                   mr_sum / n_s, sim.cfg.binaries.coll_factor)
 
 
 def stellar_mass_loss_timestep(dt: float, dt_prev: float, dm_prev: float, m_total: float,
