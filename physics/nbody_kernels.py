@@ -1,0 +1,294 @@
+"""Compiled kernels of the direct N-body integrator (:mod:`physics.nbody`) and their numpy twins.
+
+Conventions: G = 1, structure of arrays -- positions ``pos``, velocities ``vel`` of shape
+``(N, 3)``, masses ``mass`` of shape ``(N,)`` -- and Plummer softening: the pair potential is
+``-m_i m_j / sqrt(r^2 + eps2)``.  ``active`` is an ``int64`` array of the particle indices whose
+force is wanted (the block); they feel all ``N`` particles but themselves.
+
+Determinism: every sum over the field particles ``j`` runs in index order inside one thread,
+so the results are the same bits whatever the number of threads (the parallel loops are over
+the active particles only, each writing its own row), and the serial and parallel forms of a
+kernel agree bit for bit.  No ``fastmath``.
+
+The numpy twins (``*_reference``) are vectorised plain numpy with the same formulas, for the
+tests; they sum in numpy's (pairwise) order, so they agree to rounding, not to the bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+# --------------------------------------------------------------------------------------------
+# force: acceleration, jerk and potential of the active particles
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _acc_jerk_one(i, pos, vel, mass, eps2, k, acc, jerk, pot):
+    """Row ``k`` of the outputs: the field of all ``j != i`` on particle ``i``, ``j`` in order."""
+    n = pos.shape[0]
+    xi = pos[i, 0]
+    yi = pos[i, 1]
+    zi = pos[i, 2]
+    ui = vel[i, 0]
+    vi = vel[i, 1]
+    wi = vel[i, 2]
+    ax = 0.0
+    ay = 0.0
+    az = 0.0
+    jx = 0.0
+    jy = 0.0
+    jz = 0.0
+    p = 0.0
+    for j in range(n):
+        if j == i:
+            continue
+        dx = pos[j, 0] - xi
+        dy = pos[j, 1] - yi
+        dz = pos[j, 2] - zi
+        du = vel[j, 0] - ui
+        dv = vel[j, 1] - vi
+        dw = vel[j, 2] - wi
+        r2 = dx * dx + dy * dy + dz * dz + eps2
+        rinv2 = 1.0 / r2
+        mrinv = mass[j] * math.sqrt(rinv2)
+        mr3 = mrinv * rinv2
+        alpha = 3.0 * (dx * du + dy * dv + dz * dw) * rinv2
+        ax += mr3 * dx
+        ay += mr3 * dy
+        az += mr3 * dz
+        jx += mr3 * (du - alpha * dx)
+        jy += mr3 * (dv - alpha * dy)
+        jz += mr3 * (dw - alpha * dz)
+        p -= mrinv
+    acc[k, 0] = ax
+    acc[k, 1] = ay
+    acc[k, 2] = az
+    jerk[k, 0] = jx
+    jerk[k, 1] = jy
+    jerk[k, 2] = jz
+    pot[k] = p
+
+
+@njit(cache=True, parallel=True)
+def acc_jerk_parallel(pos, vel, mass, active, eps2):
+    """:func:`acc_jerk_serial` with the active particles spread over numba's threads."""
+    nb = active.shape[0]
+    acc = np.empty((nb, 3))
+    jerk = np.empty((nb, 3))
+    pot = np.empty(nb)
+    for k in prange(nb):
+        _acc_jerk_one(active[k], pos, vel, mass, eps2, k, acc, jerk, pot)
+    return acc, jerk, pot
+
+
+@njit(cache=True)
+def acc_jerk_serial(pos, vel, mass, active, eps2):
+    """Acceleration, jerk and potential of ``active`` against all particles, one thread.
+
+    Returns ``(acc, jerk, pot)`` of shapes ``(nb, 3)``, ``(nb, 3)``, ``(nb,)``; ``pot[k]`` is
+    ``-sum_j m_j / sqrt(r^2 + eps2)`` (per unit mass of particle ``active[k]``).
+    """
+    nb = active.shape[0]
+    acc = np.empty((nb, 3))
+    jerk = np.empty((nb, 3))
+    pot = np.empty(nb)
+    for k in range(nb):
+        _acc_jerk_one(active[k], pos, vel, mass, eps2, k, acc, jerk, pot)
+    return acc, jerk, pot
+
+
+def acc_jerk_reference(pos, vel, mass, active, eps2=0.0):
+    """Numpy twin of :func:`acc_jerk_serial` (vectorised over the block and the field)."""
+    pos = np.asarray(pos, dtype=np.float64)
+    vel = np.asarray(vel, dtype=np.float64)
+    mass = np.asarray(mass, dtype=np.float64)
+    active = np.asarray(active, dtype=np.int64)
+    dx = pos[None, :, :] - pos[active][:, None, :]
+    dv = vel[None, :, :] - vel[active][:, None, :]
+    r2 = np.einsum("kjc,kjc->kj", dx, dx) + eps2
+    self_ = active[:, None] == np.arange(pos.shape[0])[None, :]
+    r2 = np.where(self_, 1.0, r2)
+    rinv = 1.0 / np.sqrt(r2)
+    mrinv = np.where(self_, 0.0, mass[None, :] * rinv)
+    mr3 = mrinv * rinv * rinv
+    alpha = 3.0 * np.einsum("kjc,kjc->kj", dx, dv) * rinv * rinv
+    acc = np.einsum("kj,kjc->kc", mr3, dx)
+    jerk = np.einsum("kj,kjc->kc", mr3, dv - alpha[:, :, None] * dx)
+    pot = -mrinv.sum(axis=1)
+    return acc, jerk, pot
+
+
+# --------------------------------------------------------------------------------------------
+# energy
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, parallel=True)
+def energy_kernel(pos, vel, mass, eps2):
+    """Kinetic and potential energy ``(K, W)`` by direct summation over pairs ``i < j``.
+
+    Each particle's pair sum runs over ``j > i`` in order in one thread; the per-particle sums
+    are then added in index order, so the result does not depend on the thread count.
+    """
+    n = pos.shape[0]
+    wi = np.empty(n)
+    ki = np.empty(n)
+    for i in prange(n):
+        s = 0.0
+        for j in range(i + 1, n):
+            dx = pos[j, 0] - pos[i, 0]
+            dy = pos[j, 1] - pos[i, 1]
+            dz = pos[j, 2] - pos[i, 2]
+            s += mass[j] / math.sqrt(dx * dx + dy * dy + dz * dz + eps2)
+        wi[i] = -mass[i] * s
+        ki[i] = 0.5 * mass[i] * (vel[i, 0] * vel[i, 0] + vel[i, 1] * vel[i, 1]
+                                 + vel[i, 2] * vel[i, 2])
+    k = 0.0
+    w = 0.0
+    for i in range(n):
+        k += ki[i]
+        w += wi[i]
+    return k, w
+
+
+def energy_reference(pos, vel, mass, eps2=0.0):
+    """Numpy twin of :func:`energy_kernel`."""
+    pos = np.asarray(pos, dtype=np.float64)
+    vel = np.asarray(vel, dtype=np.float64)
+    mass = np.asarray(mass, dtype=np.float64)
+    k = 0.5 * float(np.sum(mass * np.einsum("ic,ic->i", vel, vel)))
+    iu, ju = np.triu_indices(mass.size, 1)
+    d = pos[ju] - pos[iu]
+    w = -float(np.sum(mass[iu] * mass[ju] / np.sqrt(np.einsum("pc,pc->p", d, d) + eps2)))
+    return k, w
+
+
+# --------------------------------------------------------------------------------------------
+# Hermite predictor and corrector
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def predict_all(pos, vel, acc, jerk, t, tnow, ppos, pvel):
+    """Hermite predictor of every particle to ``tnow``: positions to 3rd, velocities to 2nd
+    order in ``tau = tnow - t_i``, written to ``ppos``, ``pvel``."""
+    n = pos.shape[0]
+    for i in range(n):
+        h = tnow - t[i]
+        h2 = 0.5 * h * h
+        h3 = h * h2 / 3.0
+        for c in range(3):
+            ppos[i, c] = pos[i, c] + h * vel[i, c] + h2 * acc[i, c] + h3 * jerk[i, c]
+            pvel[i, c] = vel[i, c] + h * acc[i, c] + h2 * jerk[i, c]
+
+
+@njit(cache=True)
+def predict_taylor(pos, vel, acc, jerk, snap, crackle, t, tnow, ppos, pvel):
+    """Prediction to ``tnow`` with the last step's snap and crackle as well (positions to 5th,
+    velocities to 4th order): the output interpolant between block times."""
+    n = pos.shape[0]
+    for i in range(n):
+        h = tnow - t[i]
+        for c in range(3):
+            ppos[i, c] = pos[i, c] + h * (vel[i, c] + h * (acc[i, c] / 2.0 + h * (
+                jerk[i, c] / 6.0 + h * (snap[i, c] / 24.0 + h * crackle[i, c] / 120.0))))
+            pvel[i, c] = vel[i, c] + h * (acc[i, c] + h * (jerk[i, c] / 2.0 + h * (
+                snap[i, c] / 6.0 + h * crackle[i, c] / 24.0)))
+
+
+@njit(cache=True)
+def quantise_down(dt_wanted, dt_max):
+    """The largest power-of-two fraction ``dt_max / 2^k`` (``k >= 0``) not above
+    ``dt_wanted``; 0.0 when ``dt_wanted`` is not positive (or NaN)."""
+    if not dt_wanted > 0.0:
+        return 0.0
+    h = dt_max
+    while h > dt_wanted and h > 0.0:
+        h *= 0.5
+    return h
+
+
+@njit(cache=True, inline="always")
+def _divides(h, t):
+    """Whether the power of two ``h`` divides ``t`` (exact: ``t / h`` is rounded only when
+    it is beyond 2^53)."""
+    q = t / h
+    return math.floor(q) == q
+
+
+@njit(cache=True)
+def correct_block(active, tnow, ppos, pvel, anew, jnew, pos, vel, acc, jerk, snap, crackle,
+                  t, dt, eta, dt_max, dt_min):
+    """4th-order Hermite corrector of the block and its next time steps (in place).
+
+    With ``h = tnow - t_i`` and the old and new acceleration and jerk, the snap and crackle at
+    the start of the step are (Makino & Aarseth 1992)::
+
+        a2_0 = (-6 (a0 - a1) - h (4 j0 + 2 j1)) / h^2
+        a3   = (12 (a0 - a1) + 6 h (j0 + j1)) / h^3
+
+    and the predicted state is corrected by ``x += h^4/24 a2_0 + h^5/120 a3``, ``v += h^3/6
+    a2_0 + h^4/24 a3``.  The next step is Aarseth's ``sqrt(eta (|a||a2| + |j|^2) / (|j||a3| +
+    |a2|^2))`` at ``tnow`` (``a2_1 = a2_0 + h a3``), quantised: halved until not above it, or
+    doubled once when twice the step is allowed, not above ``dt_max`` and divides ``tnow``.
+
+    Returns the number of particles whose step fell below ``dt_min`` (0 when all is well).
+    """
+    nb = active.shape[0]
+    bad = 0
+    for k in range(nb):
+        i = active[k]
+        h = tnow - t[i]
+        hinv = 1.0 / h
+        hinv2 = hinv * hinv
+        hinv3 = hinv2 * hinv
+        h3 = h * h * h
+        h4 = h3 * h
+        h5 = h4 * h
+        aa = 0.0
+        jj = 0.0
+        ss = 0.0
+        cc = 0.0
+        for c in range(3):
+            a0 = acc[i, c]
+            j0 = jerk[i, c]
+            a1 = anew[k, c]
+            j1 = jnew[k, c]
+            da = a0 - a1
+            s0 = (-6.0 * da - h * (4.0 * j0 + 2.0 * j1)) * hinv2
+            c0 = (12.0 * da + 6.0 * h * (j0 + j1)) * hinv3
+            pos[i, c] = ppos[i, c] + h4 / 24.0 * s0 + h5 / 120.0 * c0
+            vel[i, c] = pvel[i, c] + h3 / 6.0 * s0 + h4 / 24.0 * c0
+            s1 = s0 + h * c0
+            acc[i, c] = a1
+            jerk[i, c] = j1
+            snap[i, c] = s1
+            crackle[i, c] = c0
+            aa += a1 * a1
+            jj += j1 * j1
+            ss += s1 * s1
+            cc += c0 * c0
+        t[i] = tnow
+        amod = math.sqrt(aa)
+        jmod = math.sqrt(jj)
+        smod = math.sqrt(ss)
+        cmod = math.sqrt(cc)
+        den = jmod * cmod + smod * smod
+        if den > 0.0:
+            want = math.sqrt(eta * (amod * smod + jmod * jmod) / den)
+        else:
+            want = dt_max
+        if want < h:
+            while h > want and h >= dt_min:
+                h *= 0.5
+        elif want >= 2.0 * h and 2.0 * h <= dt_max and _divides(2.0 * h, tnow):
+            h *= 2.0
+        if h < dt_min:
+            bad += 1
+            h = dt_min
+        dt[i] = h
+    return bad
