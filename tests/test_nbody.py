@@ -2,7 +2,7 @@
 
 Measured when written (one core, this machine):
 
-* kernel vs numpy twin, N = 200: max per-particle relative difference ~1e-15 (acc, jerk,
+* kernel vs numpy twin, N = 200: max per-particle relative difference <= 3e-15 (acc, jerk,
   pot); 1 and 2 threads, serial and parallel kernels: the same bits.
 * Kepler, 100 orbits from apocentre, eta = 0.001: |dE/E| = |da/a| = 1.1e-7 (e = 0.5) and
   5.1e-7 (e = 0.9); the period from the orbital phase at t = 100 P agrees with 2 pi sqrt(a^3/M)
