@@ -1,4 +1,4 @@
-"""Command line: ``cmc run | restart | ic | plot | params | sweep | summary``.
+"""Command line: ``cmc run | restart | nbody | ic | plot | params | sweep | summary``.
 
 Only this module touches ``MPI.COMM_WORLD`` (through :func:`cmc.launch._world`, which
 ``cmc sweep`` shares).  Exit codes are those of :mod:`cmc.errors`
@@ -353,6 +353,50 @@ def _config_with_history(sim) -> str:
     return "".join(f"{x}\n" for x in lines) + sim.cfg.to_ini()
 
 
+def cmd_nbody(args) -> int:
+    """``cmc nbody CONFIG -o OUTDIR``: the same initial stars by direct N-body
+    (:mod:`cmc.nbody`); one process, numba threads."""
+    from cmc.nbody import DT_OUT, NBodyRun
+    from cmc.rundir import RunLock
+
+    cfg = load_config(args.config, list(args.set or []))
+    outdir = Path(args.output)
+    if outdir.exists() and not outdir.is_dir():
+        raise InputError(f"output path {outdir} exists and is not a directory")
+    if (outdir / "diagnostics.h5").exists() and not args.overwrite:
+        raise InputError(f"{outdir} already holds a run (diagnostics.h5): give another -o, "
+                         "or --overwrite to replace it")
+    from parallel.comm import set_numba_threads
+
+    set_numba_threads(cfg.run.threads, 1)
+    run = NBodyRun(cfg, None, t_end=args.t_end,
+                   dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta)
+    lock = RunLock(outdir)
+    try:
+        lock.acquire()
+    except OSError as exc:
+        if is_not_writable(exc):
+            raise not_writable(outdir, exc) from None
+        raise InputError(f"cannot use output directory {outdir}: {exc.strerror}") from None
+    try:
+        (outdir / "diagnostics.h5").unlink(missing_ok=True)
+        (outdir / "config.ini").write_text(cfg.to_ini())
+        setup_logging(0, str(outdir / "cmc.log"))
+        log.info("cmc nbody %s: N = %d, to t = %.6g N-body units (%.4g t_rh0), outputs every "
+                 "%g, eta = %g; output in %s", args.config, run.n0, run.t_end,
+                 run.t_end / run.t_rh0_nb, run.dt_out, run.nb.eta, outdir)
+        run.outdir = outdir
+        reason = run.run()
+    finally:
+        lock.release()
+    code = exit_code_for_stop(reason)
+    if code == EXIT_PHYSICS:
+        _err(f"the N-body run stopped with a physics failure ({reason}) at t = "
+             f"{run.nb.time:.6g} N-body units; see {outdir / 'cmc.log'}")
+    log.info("done (%s, exit %d); results in %s (diagnostics.h5)", reason, code, outdir)
+    return code
+
+
 def cmd_ic(args) -> int:
     overrides = [f"initial.model={args.model}", f"initial.n={args.n}",
                  f"initial.seed={args.seed}"] + list(args.set or [])
@@ -493,6 +537,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue with new orbits on this back end (run.orbit_backend; the "
                     "checkpoint is the same whichever computed it)")
     rs.set_defaults(func=cmd_restart)
+    nb = sub.add_parser("nbody", help="the same initial stars as cmc run, by direct N-body "
+                        "(Hermite, block time steps; single stars, isolated)")
+    nb.add_argument("config", help="INI parameter file (as for cmc run)")
+    nb.add_argument("-o", "--output", required=True, help="output folder")
+    nb.add_argument("--t-end", type=float, metavar="T",
+                    help="end time in N-body units (default: run.t_max in t_rh0 converted)")
+    nb.add_argument("--dt-out", type=float, metavar="D",
+                    help="output interval in N-body units, a power of two (default 0.125)")
+    nb.add_argument("--eta", type=float, default=0.02,
+                    help="accuracy parameter of Aarseth's time-step criterion (default 0.02)")
+    nb.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                    help="override a parameter (repeatable)")
+    nb.add_argument("--overwrite", action="store_true",
+                    help="replace the diagnostics of a run already in the folder")
+    nb.set_defaults(func=cmd_nbody)
     ic = sub.add_parser("ic", help="write initial conditions to HDF5")
     ic.add_argument("model", choices=("plummer", "king", "file"),
                     help="model to draw, or 'file' to convert --input (a cmc snapshot or a "

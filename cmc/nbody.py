@@ -1,0 +1,380 @@
+"""Direct N-body mode: ``cmc nbody CONFIG`` (issue 50, second slice).
+
+The same initial stars as ``cmc run CONFIG`` (:func:`cmc.initial.build_initial_stars`: the
+same ids, masses, radii ``r``, radial and transverse speeds ``vr``, ``vt`` in Hénon units),
+placed in 3-D (:func:`place_stars`) and evolved by direct summation with the 4th-order
+Hermite integrator of :mod:`physics.nbody` (individual block time steps).  At every output
+time (a multiple of ``dt_out``, the integrator's largest step, so every star is synchronised
+there) one row of diagnostics is written to ``OUTDIR/diagnostics.h5`` with the Monte Carlo
+run's column names and units (:data:`cmc.diagnostics.DIAG_UNITS`), file attribute
+``mode = nbody``.
+
+What the columns are here
+-------------------------
+* ``K``, ``W``: kinetic and potential (pair sum) energy of the stars not escaped, in the frame
+  of the integration; ``E_tot`` the whole system's K + W (conserved), ``E_escaped = E_tot - K
+  - W`` (the escapers' energy including their interaction with the cluster), ``dE_rel``
+  relative to ``E_tot`` at t = 0.  At t = 0, K is the Monte Carlo run's; W is the pair sum of
+  this realisation, not the spherical potential of the Monte Carlo run.
+* Escapers: a star whose energy ``v^2/2 + phi`` (in the frame of the centre of mass of all
+  stars) is positive and that lies beyond :data:`ESCAPE_RADIUS_RH` r_h from the centre is
+  counted as escaped from then on (it stays in the integration); ``N``, ``M`` count the others.
+* Centre: at t = 0 the model's own origin (so the row of t = 0 has the Monte Carlo initial
+  model's radii, Lagrange radii, r_h and core, star for star); from the first output on the
+  density centre of the bound stars (Casertano & Hut 1985, 6th nearest neighbour), column
+  ``centre``.
+* ``r_h``, ``lagrange_radii``, ``m_mean_lagrange``, ``r_c``, ``rho_c``, ``N_core``: the Monte
+  Carlo run's functions (:mod:`physics.structure`: Casertano-Hut in radial order) on the
+  radii of the bound stars about the centre, so the columns mean what they mean in a Monte
+  Carlo run.  The 3-D Casertano & Hut core as N-body codes give it is in ``r_c_3d``
+  (``sqrt(sum rho_i^2 |x_i - x_d|^2 / sum rho_i^2)``, rho_i from the 6th neighbour distance),
+  ``rho_c_3d`` (``sum rho_i^2 / sum rho_i``) and ``N_core_3d`` (stars within ``r_c_3d``).
+* Time: ``time_nb`` in N-body units, ``time`` in the Monte Carlo run's unit
+  ``t_NB N0 / ln(gamma N0)``, ``time_trh`` in t_rh0 with the Monte Carlo run's definition
+  ``0.138 r_h^1.5 / sqrt(M)`` of the same initial stars.
+
+Not yet: close pairs (a step below the integrator's dt_min stops the run: exit 3), binaries,
+stellar evolution, tidal fields, snapshots and checkpoints, MPI.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cmc.config import Config
+from cmc.errors import InputError
+
+log = logging.getLogger("cmc.nbody")
+
+#: Largest N the mode accepts (direct summation: the cost grows as N^2 per time unit).
+N_MAX = 20000
+#: Estimate of the cost of one pair force evaluation (acc, jerk, pot) on one core [s]
+#: (physics/nbody_kernels.py: 7.7 ns measured at N = 1000).
+PAIR_SECONDS = 8e-9
+#: Estimate of the particle steps per star per N-body time unit (Plummer, eta = 0.02,
+#: measured here: about 120 at N = 200, 180 at N = 1000; grows slowly with N).
+STEPS_PER_UNIT = 200.0
+#: A star with positive energy beyond this many half-mass radii is an escaper.
+ESCAPE_RADIUS_RH = 20.0
+#: Neighbours of the 3-D Casertano-Hut density (the J of Casertano & Hut 1985).
+CH_J = 6
+#: Default output interval [N-body time units] (the integrator's largest step).
+DT_OUT = 0.125
+
+#: Columns this mode adds to the Monte Carlo run's (units, meanings).
+NBODY_UNITS = {"centre": "r_vir", "r_c_3d": "r_vir", "rho_c_3d": "M0 r_vir^-3",
+               "N_core_3d": "objects", "nb_steps": "particle steps",
+               "wall_s": "s"}
+NBODY_MEANINGS = {
+    "centre": "centre the radii are measured from: the model's origin at t = 0, then the "
+              "density centre of the bound stars (Casertano & Hut 1985, 6th neighbour)",
+    "r_c_3d": "3-D Casertano-Hut core radius sqrt(sum rho_i^2 |x_i - x_d|^2 / sum rho_i^2)",
+    "rho_c_3d": "3-D Casertano-Hut core density sum rho_i^2 / sum rho_i",
+    "N_core_3d": "stars within r_c_3d of the density centre",
+    "nb_steps": "particle steps of the Hermite integrator since the start",
+    "wall_s": "wall-clock time of the integration since the start",
+}
+
+
+def estimated_seconds(n: int, t_end: float) -> float:
+    """A rough estimate of the run time on one core [s]: pair evaluations
+    ``N (N - 1) x STEPS_PER_UNIT x t_end`` at :data:`PAIR_SECONDS` each (an estimate, not a
+    measurement: close encounters and core collapse take more steps)."""
+    return PAIR_SECONDS * n * (n - 1) * STEPS_PER_UNIT * max(t_end, 1.0)
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.0f} days"
+
+
+def check_supported(cfg: Config) -> None:
+    """Refuse (:class:`InputError`, one line naming the key) what this mode cannot run."""
+    if cfg.initial.binary_fraction > 0.0:
+        raise InputError(f"initial.binary_fraction = {cfg.initial.binary_fraction:g}: cmc "
+                         "nbody cannot run primordial binaries yet (close pairs are not "
+                         "treated); set it to 0")
+    if cfg.bse.stellar_evolution:
+        raise InputError("bse.stellar_evolution = true: cmc nbody has no stellar evolution; "
+                         "set it to false")
+    if cfg.tidal.mode != "isolated":
+        raise InputError(f"tidal.mode = {cfg.tidal.mode}: cmc nbody runs isolated clusters "
+                         "only (no external tidal field yet); set tidal.mode = isolated")
+
+
+def check_size(n: int, t_end: float | None, key: str = "initial.n") -> None:
+    """Refuse N above :data:`N_MAX`, saying how long the run would take."""
+    if n <= N_MAX:
+        return
+    t = 1.0 if t_end is None else t_end
+    to = "per N-body time unit" if t_end is None else f"to t = {t:g} N-body units"
+    raise InputError(f"{key} = {n}: too many stars for cmc nbody (at most {N_MAX}): about "
+                     f"{_duration(estimated_seconds(n, t))} on one core {to} (an estimate: "
+                     f"{PAIR_SECONDS * 1e9:.0f} ns per pair force, ~{STEPS_PER_UNIT:.0f} "
+                     "steps per star per time unit)")
+
+
+def place_stars(stars: dict[str, np.ndarray], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and velocities ``(N, 3)`` of the stars' ``r``, ``vr``, ``vt``.
+
+    Each star at ``r`` times an isotropic direction n, its velocity ``vr n`` plus ``vt``
+    along a random direction in the plane normal to n.  The directions are drawn from
+    ``numpy.random.default_rng(seed)``: the N-body mode's own draws (three per star: cos
+    theta, phi, the azimuth of the transverse velocity), which the Monte Carlo run never
+    makes, so its streams are untouched.
+    """
+    rng = np.random.default_rng(seed)
+    n = stars["r"].size
+    mu = rng.uniform(-1.0, 1.0, n)
+    phi = rng.uniform(0.0, 2.0 * np.pi, n)
+    psi = rng.uniform(0.0, 2.0 * np.pi, n)
+    s = np.sqrt(np.maximum(1.0 - mu * mu, 0.0))
+    cp, sp = np.cos(phi), np.sin(phi)
+    rhat = np.column_stack((s * cp, s * sp, mu))
+    e_theta = np.column_stack((mu * cp, mu * sp, -s))
+    e_phi = np.column_stack((-sp, cp, np.zeros(n)))
+    tang = np.cos(psi)[:, None] * e_theta + np.sin(psi)[:, None] * e_phi
+    r = np.asarray(stars["r"], dtype=np.float64)[:, None]
+    pos = r * rhat
+    vel = np.asarray(stars["vr"], dtype=np.float64)[:, None] * rhat \
+        + np.asarray(stars["vt"], dtype=np.float64)[:, None] * tang
+    return pos, vel
+
+
+def density_centre(pos: np.ndarray, mass: np.ndarray):
+    """3-D Casertano & Hut (1985): each star's density from its :data:`CH_J`-th neighbour
+    ``rho_i = 3 M_{J-1} / (4 pi d_J^3)`` (``M_{J-1}`` the mass of its J - 1 nearest
+    neighbours), the density centre ``x_d = sum rho_i x_i / sum rho_i``, core radius
+    ``sqrt(sum rho_i^2 |x_i - x_d|^2 / sum rho_i^2)``, core density
+    ``sum rho_i^2 / sum rho_i``.  Returns ``(x_d, r_c, rho_c)``."""
+    from scipy.spatial import cKDTree
+
+    n = mass.size
+    if n <= CH_J:
+        return pos.mean(axis=0) if n else np.zeros(3), math.nan, math.nan
+    d, idx = cKDTree(pos).query(pos, k=CH_J + 1)
+    m_in = mass[idx[:, 1:CH_J]].sum(axis=1)
+    rho = m_in / (4.0 / 3.0 * np.pi * d[:, CH_J] ** 3)
+    xd = rho @ pos / rho.sum()
+    rr = np.einsum("ic,ic->i", pos - xd, pos - xd)
+    r_c = math.sqrt(float(rho ** 2 @ rr / np.sum(rho ** 2)))
+    return xd, r_c, float(np.sum(rho ** 2) / np.sum(rho))
+
+
+class NBodyRun:
+    """A ``cmc nbody`` run: the initial stars, the integrator state and the diagnostics."""
+
+    def __init__(self, cfg: Config, outdir: Path | None, *, t_end: float | None = None,
+                 dt_out: float = DT_OUT, eta: float = 0.02, eps: float = 0.0) -> None:
+        from cmc.initial import build_initial_stars, physical_scale
+        from cmc.units import Units
+        from physics.nbody import NBodyState
+        from physics.structure import lagrange_radii
+
+        check_supported(cfg)
+        if cfg.initial.model != "file":
+            check_size(cfg.initial.n, t_end)
+        if not (dt_out > 0.0 and math.isfinite(dt_out)) or math.frexp(dt_out)[0] != 0.5:
+            raise InputError(f"--dt-out {dt_out!r}: must be a power of two (e.g. 0.125)")
+        if not eta > 0.0:
+            raise InputError(f"--eta {eta!r}: must be positive")
+        if t_end is not None and not (t_end > 0.0 and math.isfinite(t_end)):
+            raise InputError(f"--t-end {t_end!r}: must be positive")
+        self.cfg = cfg
+        self.outdir = outdir
+        try:
+            stars, info = build_initial_stars(cfg)
+        except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise InputError(f"initial model {cfg.initial.model}: {exc}") from None
+        if "binind" in stars and np.any(stars["binind"] >= 0):
+            raise InputError(f"initial.file {cfg.initial.file}: holds "
+                             f"{int(np.count_nonzero(stars['binind'] >= 0))} binaries; cmc "
+                             "nbody cannot run binaries yet")
+        self.stars = stars
+        n = stars["r"].size
+        self.n0 = n
+        m = np.asarray(stars["m"], dtype=np.float64)
+        mtot = float(np.sum(m))
+        unit_mass, length_pc, _ = physical_scale(cfg, info, mtot)
+        self.units = Units(unit_mass, length_pc, n, cfg.run.gamma)
+        self.lnl0 = math.log(cfg.run.gamma * n)
+        self.unit_nb = n / self.lnl0  # t_NB per t_rel
+        # t_rh0 as Simulation.create: from the model's sorted radii and masses [t_rel]
+        r_h0 = float(lagrange_radii(stars["r"], m, np.array([0.5]))[0])
+        self.t_rh0 = 0.138 * r_h0 ** 1.5 / math.sqrt(mtot)
+        self.t_rh0_nb = self.t_rh0 * self.unit_nb
+        if t_end is None:
+            t_end = self._t_end_from_config()
+        check_size(n, t_end, "initial.n" if cfg.initial.model != "file" else "the model's N")
+        self.t_end = float(t_end)
+        self.dt_out = float(dt_out)
+        pos, vel = place_stars(stars, cfg.initial.seed)
+        self.nb = NBodyState.create(m, pos, vel, eps=eps, eta=eta, dt_max=self.dt_out)
+        self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=np.float64)
+        self.escaped = np.zeros(n, dtype=bool)
+        self.centre = np.zeros(3)
+        self.e0 = 0.0
+        self.step = 0
+        self.wall = 0.0
+        self.history: dict[str, list] = {}
+
+    def _t_end_from_config(self) -> float:
+        """run.t_max [t_rh0] (and run.t_max_code [t_rel], run.t_max_myr where set) in
+        N-body units: the earliest."""
+        run = self.cfg.run
+        ends = [run.t_max * self.t_rh0_nb]
+        if run.t_max_code > 0.0:
+            ends.append(run.t_max_code * self.unit_nb)
+        if run.t_max_myr > 0.0:
+            ends.append(run.t_max_myr / self.units.time_nb_myr)
+        return min(ends)
+
+    # ------------------------------------------------------------------ diagnostics
+    def diagnostics(self) -> dict:
+        """The row of the state's current time (every star synchronised there)."""
+        from physics.nbody import acc_jerk, predicted
+        from physics.nbody_kernels import energy_kernel
+        from physics.structure import core_properties, lagrange_mean_masses, lagrange_radii
+
+        st = self.nb
+        t = st.time
+        pos, vel = predicted(st, t)
+        m = st.mass
+        _, _, pot = acc_jerk(pos, vel, m, None, st.eps2)
+        v2 = np.einsum("ic,ic->i", vel, vel)
+        k_all = 0.5 * float(m @ v2)
+        w_all = 0.5 * float(m @ pot)
+        e_tot = k_all + w_all
+        if self.step == 0:
+            self.e0 = e_tot
+        bound = ~self.escaped
+        if self.step > 0:
+            self.centre, _, _ = density_centre(pos[bound], m[bound])
+        rad = np.sqrt(np.einsum("ic,ic->i", pos - self.centre, pos - self.centre))
+        # escapers: positive energy in the centre-of-mass frame, beyond 20 r_h
+        order = np.argsort(rad[bound], kind="stable")
+        rb, mb = rad[bound][order], m[bound][order]
+        r_h = float(lagrange_radii(rb, mb, np.array([0.5]))[0])
+        v_cm = (m @ vel) / float(np.sum(m))
+        dv = vel - v_cm
+        e_star = 0.5 * np.einsum("ic,ic->i", dv, dv) + pot
+        new = bound & (e_star > 0.0) & (rad > ESCAPE_RADIUS_RH * r_h)
+        if np.any(new):
+            self.escaped |= new
+            bound = ~self.escaped
+            order = np.argsort(rad[bound], kind="stable")
+            rb, mb = rad[bound][order], m[bound][order]
+            r_h = float(lagrange_radii(rb, mb, np.array([0.5]))[0])
+        if np.any(self.escaped):
+            k, w = energy_kernel(np.ascontiguousarray(pos[bound]),
+                                 np.ascontiguousarray(vel[bound]), m[bound], st.eps2)
+            k, w = float(k), float(w)
+        else:
+            k, w = k_all, w_all
+        mcum = np.cumsum(mb)
+        r_c, rho_c, n_core = core_properties(rb, mb, r_h)
+        xd, r_c3, rho_c3 = density_centre(pos[bound], m[bound])
+        d3 = np.sqrt(np.einsum("ic,ic->i", pos[bound] - xd, pos[bound] - xd))
+        time_rel = t / self.unit_nb
+        n_esc = int(np.count_nonzero(self.escaped))
+        return {
+            "step": self.step, "time": time_rel, "time_nb": t,
+            "time_myr": t * self.units.time_nb_myr, "time_trh": time_rel / self.t_rh0,
+            "dt": self.dt_out / self.unit_nb if self.step else 0.0,
+            "N": int(rb.size), "M": float(mcum[-1]), "K": k, "W": w, "E_bound": k + w,
+            "E_escaped": e_tot - k - w, "E_tot": e_tot,
+            "dE_rel": (e_tot - self.e0) / abs(self.e0),
+            "M_escaped": float(np.sum(m[self.escaped])), "N_escaped": n_esc,
+            "r_h": r_h, "r_c": float(r_c), "rho_c": float(rho_c), "N_core": float(n_core),
+            "lagrange_radii": lagrange_radii(rb, mb, self.fractions, mcum),
+            "m_mean_lagrange": lagrange_mean_masses(mb, self.fractions, mcum),
+            "virial_ratio": 2.0 * k / abs(w), "r_max": float(rb[-1]),
+            "centre": self.centre.copy(), "r_c_3d": r_c3, "rho_c_3d": rho_c3,
+            "N_core_3d": int(np.count_nonzero(d3 <= r_c3)), "nb_steps": st.n_steps,
+            "wall_s": self.wall,
+        }
+
+    def attrs(self) -> dict:
+        from cmc import __version__
+        from cmc.diagnostics import DIAG_UNITS
+
+        return {"mode": "nbody", "integrator": "hermite4 block steps (physics.nbody)",
+                "eta": self.nb.eta, "eps": math.sqrt(self.nb.eps2), "dt_out": self.dt_out,
+                "t_end_nb": self.t_end, "lagrange_fractions": self.fractions,
+                "stop_reason": "", "t_rh0": self.t_rh0, "t_rh0_nb": self.t_rh0_nb,
+                "n0": self.n0, "e0": self.e0, "m0": float(np.sum(self.nb.mass)),
+                "time_unit": DIAG_UNITS["time"], "tidal_mode": self.cfg.tidal.mode,
+                "escape_radius_rh": ESCAPE_RADIUS_RH, "cmc_version": __version__,
+                "config": self.cfg.to_ini(), "mpi_size": 1, **self.units.attrs()}
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> str:
+        """Evolve to ``t_end``, a row per output; returns the stop reason
+        (``max_time``, ``energy_error``, ``close_pair``)."""
+        from cmc import io as cio
+        from cmc.diagnostics import DIAG_MEANINGS, DIAG_UNITS
+        from physics.nbody import evolve
+
+        d = self.diagnostics()
+        writer = None
+        if self.outdir is not None:
+            units = {**DIAG_UNITS, **NBODY_UNITS}
+            meanings = {**DIAG_MEANINGS, **NBODY_MEANINGS}
+            writer = cio.DiagnosticsWriter(self.outdir / "diagnostics.h5", self.attrs(),
+                                           units, meanings, {k: [v] for k, v in d.items()})
+        self._progress(d)
+        n_out = math.ceil(self.t_end / self.dt_out - 1e-12)
+        per_line = max(1, round(1.0 / self.dt_out))
+        reason = "max_time"
+        try:
+            for k in range(1, n_out + 1):
+                t = min(k * self.dt_out, self.t_end)
+                w0 = time.perf_counter()
+                try:
+                    evolve(self.nb, t)
+                except FloatingPointError as exc:
+                    log.error("t = %.6g t_NB: %s", self.nb.time, exc)
+                    reason = "close_pair"
+                    break
+                finally:
+                    self.wall += time.perf_counter() - w0
+                self.step = k
+                d = self.diagnostics()
+                if writer is not None:
+                    writer.append({name: [v] for name, v in d.items()})
+                if k % per_line == 0 or k == n_out:
+                    self._progress(d)
+                if abs(d["dE_rel"]) > self.cfg.run.energy_error_max:
+                    log.error("|dE/E0| = %.3g exceeds run.energy_error_max = %g",
+                              abs(d["dE_rel"]), self.cfg.run.energy_error_max)
+                    reason = "energy_error"
+                    break
+        finally:
+            if writer is not None:
+                writer.close({"stop_reason": reason})
+        st = self.nb
+        if self.wall > 0.0:
+            log.info("timing: %.3f t_NB in %.2f s (%.3g s per N-body time unit), %d particle "
+                     "steps (%.0f per star per unit), %.2f ns per pair", st.time, self.wall,
+                     self.wall / max(st.time, 1e-300), st.n_steps,
+                     st.n_steps / self.n0 / max(st.time, 1e-300),
+                     1e9 * self.wall / max(st.n_pairs, 1))
+        return reason
+
+    def _progress(self, d: dict) -> None:
+        log.info("output %d t=%.4f t_rh0 (%.4g t_NB, %.4g Myr) N=%d r_c=%.4g r_h=%.4g "
+                 "N_core=%.1f r_c_3d=%.4g dE/E0=%.2e steps=%d", d["step"], d["time_trh"],
+                 d["time_nb"], d["time_myr"], d["N"], d["r_c"], d["r_h"], d["N_core"],
+                 d["r_c_3d"], d["dE_rel"], d["nb_steps"])

@@ -1,0 +1,111 @@
+"""``cmc nbody``: the same initial stars as ``cmc run``, the same diagnostics, bad input."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from cmc.cli import main
+from cmc.config import load_config
+from cmc.io import read_diagnostics, read_snapshot
+
+INI = "[initial]\nmodel = plummer\nn = 200\nseed = 3\nmass_function = kroupa\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A Plummer N = 200 model (Kroupa masses) by ``cmc nbody`` to t = 1 and by ``cmc run``
+    for one step."""
+    d = tmp_path_factory.mktemp("nbody")
+    ini = d / "p200.ini"
+    ini.write_text(INI)
+    assert main(["nbody", str(ini), "-o", str(d / "nb"), "--t-end", "1",
+                 "--dt-out", "0.125"]) == 0
+    assert main(["run", str(ini), "-o", str(d / "mc"), "--set", "run.max_steps=1"]) == 0
+    return ini, d / "nb", d / "mc"
+
+
+def test_diagnostics_as_the_monte_carlo_run(runs):
+    _, nb, mc = runs
+    dn, an = read_diagnostics(nb / "diagnostics.h5")
+    dm, am = read_diagnostics(mc / "diagnostics.h5")
+    assert an["mode"] == "nbody"
+    assert an["stop_reason"] == "max_time"
+    assert dn["step"].size == 9
+    np.testing.assert_allclose(dn["time_nb"], np.arange(9) * 0.125, rtol=0, atol=1e-15)
+    shared = sorted(set(dn) & set(dm))
+    for name in ("step", "time", "time_nb", "time_trh", "N", "K", "W", "E_tot", "dE_rel",
+                 "r_h", "r_c", "N_core", "lagrange_radii", "M", "N_escaped"):
+        assert name in shared, name
+    with h5py.File(nb / "diagnostics.h5", "r") as fn, h5py.File(mc / "diagnostics.h5") as fm:
+        for name in shared:
+            assert fn[name].attrs["unit"] == fm[name].attrs["unit"], name
+            assert fn[name].shape[1:] == fm[name].shape[1:], name
+        for name in set(dn) - set(dm):  # the mode's own columns carry units too
+            assert "unit" in fn[name].attrs, name
+    assert np.max(np.abs(dn["dE_rel"])) < 1e-5
+    # the row of t = 0: the Monte Carlo initial model's radii, star for star
+    for name in ("lagrange_radii", "m_mean_lagrange", "r_h", "r_c", "rho_c", "N_core", "M",
+                 "K", "r_max"):
+        np.testing.assert_allclose(dn[name][0], dm[name][0], rtol=1e-13, err_msg=name)
+    assert dn["N"][0] == dm["N"][0] == 200
+    assert an["t_rh0"] == pytest.approx(am["t_rh0"], rel=1e-15)
+    np.testing.assert_allclose(dn["time_trh"], dn["time"] / am["t_rh0"], rtol=1e-14)
+    np.testing.assert_allclose(dn["time"], dn["time_nb"] * np.log(0.1 * 200) / 200,
+                               rtol=1e-14)
+    # the N-body potential energy of this realisation is near the spherical model's
+    assert dn["W"][0] == pytest.approx(dm["W"][0], rel=0.1)
+    assert np.all(dn["N"] + dn["N_escaped"] == 200)
+
+
+def test_initial_stars_are_those_of_cmc_run(runs):
+    ini, _, mc = runs
+    from cmc.nbody import NBodyRun
+
+    run = NBodyRun(load_config(str(ini)), None, t_end=1.0)
+    snap, _ = read_snapshot(sorted((mc / "snapshots").glob("snap_0000000.h5"))[0])
+    st = run.stars
+    order = np.argsort(snap["id"])
+    np.testing.assert_array_equal(st["id"], snap["id"][order])
+    for key in ("m", "r", "vr", "vt"):
+        np.testing.assert_array_equal(st[key], snap[key][order], err_msg=key)
+    pos, vel = run.nb.pos, run.nb.vel
+    np.testing.assert_array_equal(run.nb.mass, st["m"])
+    r = np.linalg.norm(pos, axis=1)
+    np.testing.assert_allclose(r, st["r"], rtol=4e-16 * 4)
+    rhat = pos / r[:, None]
+    vr = np.einsum("ic,ic->i", vel, rhat)
+    np.testing.assert_allclose(vr, st["vr"], rtol=0, atol=1e-15 * np.max(np.abs(st["vr"])) * 8)
+    vt = np.linalg.norm(vel - vr[:, None] * rhat, axis=1)
+    np.testing.assert_allclose(vt, st["vt"], rtol=1e-14)
+    # isotropic directions: the mean of the unit vectors is near 0
+    assert np.all(np.abs(rhat.mean(axis=0)) < 4.0 / np.sqrt(200))
+
+
+@pytest.mark.parametrize("extra, key", [
+    (["initial.binary_fraction=0.1"], "initial.binary_fraction"),
+    (["bse.stellar_evolution=true"], "bse.stellar_evolution"),
+    (["tidal.mode=fixed", "tidal.r_t0_from=value", "tidal.r_t0=20"], "tidal.mode"),
+    (["initial.n=50000"], "initial.n"),
+])
+def test_refused_configs_one_line_exit_2(tmp_path, capsys, extra, key):
+    ini = tmp_path / "p.ini"
+    ini.write_text(INI)
+    sets = [x for e in extra for x in ("--set", e)]
+    code = main(["nbody", str(ini), "-o", str(tmp_path / "o"), "--t-end", "1", *sets])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert key in err
+    assert "Traceback" not in err
+    if key == "initial.n":
+        assert "about" in err and "estimate" in err
+    assert not (tmp_path / "o" / "diagnostics.h5").exists()
+
+
+def test_bad_options_exit_2(tmp_path, capsys):
+    ini = tmp_path / "p.ini"
+    ini.write_text(INI)
+    assert main(["nbody", str(ini), "-o", str(tmp_path / "o"), "--dt-out", "0.1"]) == 2
+    assert "--dt-out" in capsys.readouterr().err
