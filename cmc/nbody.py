@@ -53,11 +53,13 @@ log = logging.getLogger("cmc.nbody")
 
 #: Largest N the mode accepts (direct summation: the cost grows as N^2 per time unit).
 N_MAX = 20000
-#: Estimate of the cost of one pair force evaluation (acc, jerk, pot) on one core [s]
-#: (physics/nbody_kernels.py: 7.7 ns measured at N = 1000).
-PAIR_SECONDS = 8e-9
+#: Estimate of the cost of one pair interaction of an integration step on one core [s]: the
+#: force kernel alone takes 7.7 ns (physics/nbody_kernels.py, N = 1000); with the prediction
+#: of all stars per block and the corrector, cmc nbody measured 17 ns at N = 1000 and 27 ns at
+#: N = 200 (one thread, a loaded 2-core machine).
+PAIR_SECONDS = 1.6e-8
 #: Estimate of the particle steps per star per N-body time unit (Plummer, eta = 0.02,
-#: measured here: about 120 at N = 200, 180 at N = 1000; grows slowly with N).
+#: measured: 140 at N = 200, 172 at N = 1000 before core collapse; grows slowly with N).
 STEPS_PER_UNIT = 200.0
 #: A star with positive energy beyond this many half-mass radii is an escaper.
 ESCAPE_RADIUS_RH = 20.0
@@ -120,7 +122,7 @@ def check_size(n: int, t_end: float | None, key: str = "initial.n") -> None:
     to = "per N-body time unit" if t_end is None else f"to t = {t:g} N-body units"
     raise InputError(f"{key} = {n}: too many stars for cmc nbody (at most {N_MAX}): about "
                      f"{_duration(estimated_seconds(n, t))} on one core {to} (an estimate: "
-                     f"{PAIR_SECONDS * 1e9:.0f} ns per pair force, ~{STEPS_PER_UNIT:.0f} "
+                     f"{PAIR_SECONDS * 1e9:.0f} ns per pair interaction, ~{STEPS_PER_UNIT:.0f} "
                      "steps per star per time unit)")
 
 
@@ -337,7 +339,7 @@ class NBodyRun:
         self._progress(d)
         n_out = math.ceil(self.t_end / self.dt_out - 1e-12)
         per_line = max(1, round(1.0 / self.dt_out))
-        reason = "max_time"
+        reason = ""
         try:
             for k in range(1, n_out + 1):
                 t = min(k * self.dt_out, self.t_end)
@@ -361,9 +363,11 @@ class NBodyRun:
                               abs(d["dE_rel"]), self.cfg.run.energy_error_max)
                     reason = "energy_error"
                     break
+            else:
+                reason = "max_time"
         finally:
-            if writer is not None:
-                writer.close({"stop_reason": reason})
+            if writer is not None:  # (an exception or Ctrl-C: "interrupted")
+                writer.close({"stop_reason": reason or "interrupted"})
         st = self.nb
         if self.wall > 0.0:
             log.info("timing: %.3f t_NB in %.2f s (%.3g s per N-body time unit), %d particle "

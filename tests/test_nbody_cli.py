@@ -109,3 +109,26 @@ def test_bad_options_exit_2(tmp_path, capsys):
     ini.write_text(INI)
     assert main(["nbody", str(ini), "-o", str(tmp_path / "o"), "--dt-out", "0.1"]) == 2
     assert "--dt-out" in capsys.readouterr().err
+
+
+def test_t_end_from_run_t_max(tmp_path):
+    from cmc.nbody import NBodyRun
+
+    cfg = load_config(text=INI + "[run]\nt_max = 0.5\n")
+    run = NBodyRun(cfg, None)
+    assert run.t_end == pytest.approx(0.5 * run.t_rh0 * 200 / np.log(0.1 * 200), rel=1e-14)
+
+
+def test_close_pair_is_a_physics_failure(tmp_path, capsys, monkeypatch):
+    import physics.nbody
+
+    def fail(state, t_end):
+        raise FloatingPointError("2 particle(s) need a step below dt_min")
+
+    monkeypatch.setattr(physics.nbody, "evolve", fail)
+    ini = tmp_path / "p.ini"
+    ini.write_text(INI)
+    assert main(["nbody", str(ini), "-o", str(tmp_path / "o"), "--t-end", "1"]) == 3
+    assert "close_pair" in capsys.readouterr().err
+    d, a = read_diagnostics(tmp_path / "o" / "diagnostics.h5")
+    assert a["stop_reason"] == "close_pair" and d["step"].size == 1
