@@ -41,7 +41,6 @@ _OFF_OR_UNSUPPORTED = {
     "TIDAL_CAPTURE": "tidal capture is not implemented",
     "TC_POLYTROPE": "tidal capture is not implemented",
     "BHNS_TDE": "tidal disruptions are not implemented",
-    "BH_CAPTURE": "gravitational-wave capture between single black holes is not implemented",
     "USE_TT_FILE": "tidal tensors from a file are not implemented (point-mass galaxy only)",
     "USE_DF_CUTOFF": "the dynamical-friction stop is not implemented",
     "BH_SNAPSHOTTING": "black-hole snapshots are not written (the snapshots hold every star)",
@@ -318,6 +317,16 @@ def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversio
     if (v := pop("SS_COLLISION")) is not None:
         put("SS_COLLISION", binaries__ss_collision="true" if _flag(v, "SS_COLLISION")
             else "false")
+    # gravitational-wave capture of single black holes: CMC-COSMIC evaluates it in its
+    # single-single branch, which only SS_COLLISION = 1 enters (cmc_dynamics.c)
+    if (v := pop("BH_CAPTURE")) is not None:
+        ss = raw.get("SS_COLLISION")
+        if _flag(v, "BH_CAPTURE") and not (ss is not None and _flag(ss, "SS_COLLISION")):
+            out.ignored.append(("BH_CAPTURE", v, "used by CMC-COSMIC only with "
+                                "SS_COLLISION = 1"))
+        else:
+            put("BH_CAPTURE", binaries__bh_capture="true" if _flag(v, "BH_CAPTURE")
+                else "false")
     if (v := pop("COLL_FACTOR")) is not None:
         put("COLL_FACTOR", binaries__coll_factor=str(_number(v, "COLL_FACTOR")))
     if (v := pop("BH_RADIUS_MULTIPLYER")) is not None:

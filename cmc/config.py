@@ -212,6 +212,10 @@ class BinariesConfig:
     bh_radius_multiplier: float = _p(5.0, "", "black holes' radii inside few-body encounters "
                                      "are this many times BSE's (CMC's BH_RADIUS_MULTIPLYER)",
                                      lo=1.0)
+    bh_capture: bool = _p(False, "", "two single black holes in the relaxation's pairing "
+                          "that pass within the pericentre where their gravitational waves "
+                          "take their kinetic energy form a binary (CMC's BH_CAPTURE, Quinlan "
+                          "& Shapiro 1989; needs bse.stellar_evolution for the black holes)")
 
 
 @dataclass
@@ -331,6 +335,9 @@ class Config:
         if self.binaries.ss_collision and not self.bse.stellar_evolution:
             raise ConfigError("binaries.ss_collision: needs bse.stellar_evolution = true (the "
                               "stars' radii)")
+        if self.binaries.bh_capture and not self.bse.stellar_evolution:
+            raise ConfigError("binaries.bh_capture: needs bse.stellar_evolution = true (the "
+                              "black holes and their radii)")
 
 
 def _format(v: Any) -> str:

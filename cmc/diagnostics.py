@@ -57,7 +57,8 @@ DIAG_UNITS = {
     "n_se_evolved": "objects per step", "n_supernovae": "stars per step",
     "n_se_disrupted": "binaries per step", "n_se_mergers": "binaries per step",
     "n_se_destroyed": "objects per step",
-    "n_collisions": "pairs per step",
+    "n_collisions": "pairs per step", "n_bh_captures": "pairs per step",
+    "E_gw_capture": "E_NB",
     "N_bh": "stars", "N_ns": "stars", "N_wd": "stars", "N_bh_binaries": "binaries",
     "N_bbh": "binaries", "M_bh": "Msun",
 }
@@ -86,7 +87,7 @@ DIAG_MEANINGS = {
                  "potential at escape)",
     "E_tot": "K + W + E_escaped + E_stripped + E_binding + E_binding_escaped - E_oops "
              "- E_mergers - E_integrator (- E_se_mass - E_se_kicks - E_se_binding with "
-             "stellar evolution) (conserved)",
+             "stellar evolution; - E_gw_capture with binaries.bh_capture) (conserved)",
     "E_se_mass": "change of K + W from the mass stellar evolution took (the lost mass "
                  "leaves with its star's velocity; W exact)",
     "E_se_kicks": "kinetic energy given by natal kicks (supernovae)",
@@ -99,6 +100,10 @@ DIAG_MEANINGS = {
     "members merged in BSE in the step", "n_se_destroyed": "objects that left no remnant "
     "in the step",
     "n_collisions": "single-single collisions (sticky spheres) in the step",
+    "n_bh_captures": "binaries formed by gravitational-wave capture of two single black "
+                     "holes in the step",
+    "E_gw_capture": "change of the mechanical energy (K + internal) by gravitational-wave "
+                    "captures: what the waves radiated (negative)",
     "N_bh": "black holes in the cluster (single or in binaries)",
     "N_ns": "neutron stars in the cluster (single or in binaries)",
     "N_wd": "white dwarfs in the cluster (single or in binaries)",
@@ -322,6 +327,8 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
              - st.e_mergers - st.e_integrator)
     if s.has_se_fields:
         e_tot -= st.e_se_mass + st.e_se_kicks + st.e_se_binding
+    if sim.phys.bh_capture:
+        e_tot -= st.e_gw_capture
     f_bin_core = 0.0
     if s.has_binary_fields:
         n_obj_core = int(np.searchsorted(sim.r_all, r_c, side="right"))
@@ -364,6 +371,9 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
         base.update(dict.fromkeys(SE_COUNTS, 0.0))
     if sim.phys.ss_collision:
         base["n_collisions"] = 0.0
+    if sim.phys.bh_capture:
+        d["E_gw_capture"] = st.e_gw_capture
+        base["n_bh_captures"] = 0.0
     base.update(extra or {})
     d.update(base)
     # the step over the central crossing time r_c / v0_rms (both N-body units; 0 before

@@ -47,7 +47,7 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
             # any other file must be in Hénon units or is rescaled to them
             to_henon_units(stars, ini.file)
         ensure_binary_columns(stars, cfg.binaries.three_body, cfg.bse.stellar_evolution,
-                          cfg.binaries.ss_collision)
+                          cfg.binaries.ss_collision or cfg.binaries.bh_capture)
         # a run's snapshot holds its current tidal radius (0 when isolated) and the model's
         r_tidal = float(attrs.get("r_tidal", 0.0)) or float(attrs.get("r_tidal_model", 0.0))
         info = {"n": n, "model": "file", "r_tidal": r_tidal,
@@ -82,7 +82,7 @@ def build_initial_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     if ini.binary_fraction > 0.0:
         n_bin = add_primordial_binaries(out, rng, ini)
     ensure_binary_columns(out, cfg.binaries.three_body, cfg.bse.stellar_evolution,
-                          cfg.binaries.ss_collision)
+                          cfg.binaries.ss_collision or cfg.binaries.bh_capture)
     info = {"n": n, "model": ini.model, "r_tidal": r_tidal, "m_total_msun": total,
             "n_binaries": n_bin}
     _scale_masses(out, info, ini.m_total_msun)
@@ -200,7 +200,7 @@ def _cosmic_stars(cfg: Config) -> tuple[dict[str, np.ndarray], dict]:
     if not in_nbody_units(stars):
         to_henon_units(stars, path)
     ensure_binary_columns(stars, cfg.binaries.three_body, cfg.bse.stellar_evolution,
-                          cfg.binaries.ss_collision)
+                          cfg.binaries.ss_collision or cfg.binaries.bh_capture)
     info["model"] = "file"
     _scale_masses(stars, info, cfg.initial.m_total_msun)
     return stars, info
@@ -345,10 +345,10 @@ def ensure_binary_columns(stars: dict[str, np.ndarray], three_body: str,
                           stellar_evolution: bool = False, collisions: bool = False) -> None:
     """Give the table its binary columns (all singles) when binaries can form in the run:
     ``three_body = all``, or ``bh`` with black holes (startype 14) present or made by stellar
-    evolution; and with single-single collisions (``collisions``: they are selected in the
-    pairing of runs with binary columns).  The columns are
-    there exactly when a run has or can form binaries; it then runs on through core collapse
-    by default (``run.n_core_stop = -1``)."""
+    evolution; and with single-single collisions or gravitational-wave captures of black
+    holes (``collisions``: they are selected in the pairing of runs with binary columns).
+    The columns are there exactly when a run has or can form binaries; it then runs on
+    through core collapse by default (``run.n_core_stop = -1``)."""
     from cmc.fields import BINARY_FIELDS
     from physics.encounters import BLACK_HOLE
 

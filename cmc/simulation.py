@@ -55,6 +55,8 @@ from physics import encounters as enc
 from physics.fewbody import EncounterSettings
 
 log = logging.getLogger("cmc.simulation")
+#: The speed of light [km/s] (binaries.bh_capture: in N-body units, c / the velocity unit).
+C_KMS = 299792.458
 
 
 class Simulation:
@@ -102,7 +104,8 @@ class Simulation:
             three_body_neighbours=b.three_body_neighbours,
             wide_factor=b.wide_factor, wide_hardness_min=b.wide_hardness_min,
             ss_collision=b.ss_collision, coll_factor=b.coll_factor,
-            bh_radius_multiplier=b.bh_radius_multiplier,
+            bh_radius_multiplier=b.bh_radius_multiplier, bh_capture=b.bh_capture,
+            clight=C_KMS / self.units.velocity_kms if b.bh_capture else 0.0,
             **binary_physics_settings(self),
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,

@@ -49,6 +49,8 @@ class RunState:
     e_ejected: float = 0.0
     e_mergers: float = 0.0
     e_integrator: float = 0.0
+    #: mechanical energy that gravitational-wave captures of black holes radiated (negative)
+    e_gw_capture: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""

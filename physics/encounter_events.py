@@ -42,6 +42,7 @@ from physics.binaries import (
     three_body_hardness,
 )
 from physics.energy import TAKE_FRACTION
+from physics.relaxation import gw_capture_pericentre
 from physics.stellar_evolution import MEMBER_QUANTITIES, member_field, single_field
 
 log = logging.getLogger("cmc.encounters")
@@ -59,6 +60,10 @@ MASSLESS_REMNANT = 15
 #: ``se_t_next`` of a product of the binary processes: due at once (the stellar-evolution
 #: process, after the encounters in the same step, evolves it and sets its next time).
 SE_DUE = -1.0
+#: (85 pi) / (12 sqrt 2): the energy two masses radiate in gravitational waves on one
+#: parabolic passage at pericentre r_p is GW_ENERGY_LOSS m1^2 m2^2 sqrt(m1 + m2) / (c^5
+#: r_p^3.5) (Quinlan & Shapiro 1989, G = 1; CMC-COSMIC's constant).
+GW_ENERGY_LOSS = 15.735210
 #: Default neighbours on each side for the local density of a triplet
 #: (``binaries.three_body_neighbours``; CMC-COSMIC's BH_AVEKERNEL, 10 by default, not the
 #: relaxation's 20: in a core of a few stars the wider window dilutes n, and the rate goes as
@@ -71,7 +76,7 @@ COUNT_NAMES = (
     "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
     "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
     "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers", "e_integrator",
-    "n_collisions",
+    "n_collisions", "n_bh_captures", "e_gw_capture",
 )
 #: Index of each counter in the array :func:`physics.encounters.apply_events` returns.
 C = {name: k for k, name in enumerate(COUNT_NAMES)}
@@ -114,6 +119,15 @@ class BinaryPhysics:
         massless remnant, :data:`MASSLESS_REMNANT`, that stellar evolution removes).  The
         dynamics keep the Hénon mass (the sum of the parts'); stellar evolution later sets it
         from ``m_msun``.  A merger of three stars is merged pairwise in id order.
+    ss_collision, coll_factor : bool, float
+        Single-single sticky-sphere collisions (CMC's SS_COLLISION, COLL_FACTOR).
+    bh_radius_multiplier : float
+        Black holes' radii in few-body encounters in units of BSE's.
+    bh_capture : bool
+        Gravitational-wave capture of two single black holes (CMC's BH_CAPTURE):
+        :func:`_capture`.
+    clight : float
+        The speed of light [N-body velocity] (0: no capture).
     """
 
     binary_single: bool = True
@@ -132,6 +146,8 @@ class BinaryPhysics:
     ss_collision: bool = False
     coll_factor: float = 1.0
     bh_radius_multiplier: float = 1.0
+    bh_capture: bool = False
+    clight: float = 0.0
 
 
 # ------------------------------------------------------------------------ geometry helpers
@@ -579,6 +595,79 @@ def _collision(blk: _Block, i: int, phi: float, counts: np.ndarray,
     dk = _kinetic((rec,)) - _kinetic((ri, rj))
     counts[C["n_collisions"]] += 1
     counts[C["e_mergers"]] += dk
+    blk.place([i, j], [(i, rec)], counts)
+
+
+def is_capture(blk: _Block, i: int, phys: BinaryPhysics) -> bool:
+    """Whether the selected collision (i, i + 1) of two single stars is a candidate for
+    gravitational-wave capture: two black holes, with ``phys.bh_capture`` and a speed of
+    light (as the selection kernel's ``is_bh``)."""
+    return (phys.bh_capture and phys.clight > 0.0
+            and int(blk.row(i)["startype"]) == BLACK_HOLE
+            and int(blk.row(i + 1)["startype"]) == BLACK_HOLE)
+
+
+def gw_energy_loss(m1: float, m2: float, rp: float, clight: float) -> float:
+    """Energy radiated in gravitational waves by two masses on one parabolic passage at
+    pericentre ``rp`` (G = 1): ``15.735210 m1^2 m2^2 sqrt(m1 + m2) / (c^5 rp^3.5)``."""
+    return GW_ENERGY_LOSS * (m1 * m2) ** 2 * math.sqrt(m1 + m2) / (clight ** 5 * rp ** 3.5)
+
+
+def capture_pericentre(u: float, r_max: float, m12: float, w: float) -> float:
+    """The pericentre of a pair (total mass ``m12``, relative speed ``w`` at infinity) whose
+    impact parameter is ``b = sqrt(u) b_max``, ``b_max`` that of pericentre ``r_max`` (the
+    impact parameter uniform in b^2, as CMC-COSMIC's sscollision_do): ``m12 / W^2 (-1 +
+    sqrt(1 + x^2))``, ``x = b W^2 / m12``, in the form ``x^2 / (1 + sqrt(1 + x^2))`` that
+    keeps its digits when focusing is strong (x << 1)."""
+    b_max = r_max * math.sqrt(1.0 + 2.0 * m12 / (r_max * w * w))
+    x = math.sqrt(u) * b_max * w * w / m12
+    return m12 / (w * w) * (x * x / (1.0 + math.sqrt(1.0 + x * x)))
+
+
+def _capture_draw(blk: _Block, states: np.ndarray) -> float:
+    """The one uniform of a capture candidate: its impact parameter."""
+    return taus_uniform(states, blk.b)
+
+
+def _capture(blk: _Block, i: int, phi: float, w: float, u: float, counts: np.ndarray,
+             phys: BinaryPhysics) -> None:
+    """Two single black holes (local rows i, i + 1) selected with the larger of the sticky
+    and the gravitational-wave capture cross sections (CMC-COSMIC's BH_CAPTURE branch of
+    sscollision_do): the pericentre from the drawn impact parameter
+    (:func:`capture_pericentre`, ``r_max`` the larger of the selection's two pericentres);
+    within the sum of their sticky radii they merge (:func:`_collision`), else they form a
+    binary at the pair's centre-of-mass velocity (the first row's slot) whose orbital energy
+    is the pair's at infinity, mu W^2 / 2, less what the passage radiated
+    (:func:`gw_energy_loss`): a = m1 m2 / (2 |E|), e = 1 - r_p / a (at least 0).  The change
+    of the mechanical energy (the binary's kinetic and internal energy less the two stars'
+    kinetic energy) is what the waves carried away: ``e_gw_capture``.  A pericentre whose loss
+    does not bind the pair (E >= 0: only by the rounding of CMC's constants, at r_p = r_cap)
+    leaves the pair as it was (it neither relaxes nor captures in this step)."""
+    j = i + 1
+    ri, rj = blk.row(i), blk.row(j)
+    mi, mj = float(ri["m"]), float(rj["m"])
+    m12 = mi + mj
+    r_stick = phys.coll_factor * phys.radius_unit * (float(ri["rad"]) + float(rj["rad"]))
+    r_cap = float(gw_capture_pericentre(mi, mj, w, phys.clight))
+    # the pericentre of the selection's cross section (sticky radii only with ss_collision)
+    r_max = max(r_stick if phys.ss_collision else 0.0, r_cap)
+    rperi = capture_pericentre(u, r_max, m12, w)
+    if rperi <= r_stick:
+        _collision(blk, i, phi, counts, phys.merge_stars)
+        return
+    e_orb = 0.5 * mi * mj / m12 * w * w - gw_energy_loss(mi, mj, rperi, phys.clight)
+    if e_orb >= 0.0:
+        log.debug("black holes %d and %d: no capture at r_p = %g (r_cap %g)", int(ri["id"]),
+                  int(rj["id"]), rperi, r_cap)
+        return
+    a = mi * mj / (2.0 * abs(e_orb))
+    ecc = max(0.0, 1.0 - rperi / a)
+    v_i, v_j = pair_velocities(ri["vr"], ri["vt"], rj["vr"], rj["vt"], phi)
+    v_cm = (mi * v_i + mj * v_j) / m12
+    members = {**_members(ri), **_members(rj)}
+    rec = _binary_record(ri, int(ri["id"]), int(rj["id"]), members, a, ecc, v_cm, {})
+    counts[C["n_bh_captures"]] += 1
+    counts[C["e_gw_capture"]] += _kinetic((rec,)) + _internal((rec,)) - _kinetic((ri, rj))
     blk.place([i, j], [(i, rec)], counts)
 
 

@@ -24,7 +24,9 @@ rows together, so every block's sub-stream draws the same numbers on any number 
 Random numbers: each event draws from its block's sub-stream, after the block's relaxation
 draws, in a fixed order: a block's encounters (pair order), then its three-body formations
 (triplet order).  Encounter: 9 (set-up, :data:`physics.fewbody.DRAWS_PER_ENCOUNTER`) + 1
-(orientation about the relative velocity); three-body formation: 7.
+(orientation about the relative velocity); three-body formation: 7; a collision of two single
+stars none, and with ``binaries.bh_capture`` two single black holes 1 (the impact parameter of
+their gravitational-wave capture, :func:`physics.encounter_events._capture`).
 
 Energy: an encounter changes the pair's kinetic energy by ``-(change of internal energy)`` up to
 the integrator's error; three-body formation by ``-E_b``.  Breaking a wide binary (or splitting
@@ -66,12 +68,15 @@ from physics.encounter_events import (
     C,
     _Block,
     _break_wide,
+    _capture,
+    _capture_draw,
     _collision,
     _encounter,
     _encounter_setup,
     _three_body,
     _three_body_draws,
     incoming_direction,
+    is_capture,
     is_collision,
     pair_velocities,
     relative_state,
@@ -225,7 +230,10 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
     draws = []
     for b, kind, i in events:
         if kind == 0 and is_collision(block(b), i):
-            draws.append(None)  # a collision of two single stars draws nothing
+            # a collision of two single stars draws nothing; two single black holes that may
+            # capture each other (binaries.bh_capture) one uniform, their impact parameter
+            draws.append(_capture_draw(block(b), states) if is_capture(block(b), i, phys)
+                         else None)
         elif kind == 0:
             draws.append(_encounter_setup(block(b), i, float(enc_w[i // 2]), states, phys))
         elif kind == 1:
@@ -234,7 +242,7 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
             draws.append(None)
     # 2. the encounters, concurrently (each a function of its initial state only)
     outcomes = integrate_all([d[0] for (_, kind, _), d in zip(events, draws, strict=True)
-                              if kind == 0 and d is not None], phys.settings)
+                              if kind == 0 and isinstance(d, tuple)], phys.settings)
     # 3. write-back in the fixed order
     k_enc = 0
     for (b, kind, i), d in zip(events, draws, strict=True):
@@ -243,6 +251,8 @@ def apply_events(fields: dict[str, np.ndarray], offset: int, r_all: np.ndarray,
         c = seg_counts[int(np.searchsorted(bounds, b, side="right")) - 1]
         if kind == 0 and d is None:
             _collision(blk, i, float(enc_phi[i // 2]), c, phys.merge_stars)
+        elif kind == 0 and not isinstance(d, tuple):
+            _capture(blk, i, float(enc_phi[i // 2]), float(enc_w[i // 2]), d, c, phys)
         elif kind == 0:
             _encounter(blk, i, float(enc_phi[i // 2]), d[0], d[1], outcomes[k_enc], c,
                        phys.radius_unit, phys.merge_stars)

@@ -26,6 +26,20 @@ DENSITY_NEIGHBOURS = 20
 WINDOW_BLOCKS = 2
 #: Stars per bin: the decomposition's block, so that pairs and bins never straddle ranks.
 BIN = MIN_CHUNK
+#: (85 pi sqrt(2) / 12)^(2/7): the gravitational-wave capture pericentre's constant (Quinlan &
+#: Shapiro 1989, as CMC-COSMIC writes it).
+GW_CAPTURE_RP = 2.6789966
+
+
+@njit(cache=True)
+def gw_capture_pericentre(m1, m2, w, clight):
+    """Largest pericentre at which two black holes of masses ``m1``, ``m2`` meeting at relative
+    speed ``w`` at infinity radiate their kinetic energy at infinity in gravitational waves
+    on the first passage (Quinlan & Shapiro 1989; CMC-COSMIC's BH_CAPTURE; G = 1, ``clight``
+    the speed of light in the same units): ``2.6789966 (m1 m2)^(2/7) (m1 + m2)^(3/7) /
+    (w^(4/7) c^(10/7))``."""
+    return (GW_CAPTURE_RP * (m1 * m2) ** (2.0 / 7.0) * (m1 + m2) ** (3.0 / 7.0)
+            / (w ** (4.0 / 7.0) * clight ** (10.0 / 7.0)))
 
 
 @njit(cache=True)
@@ -367,7 +381,8 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
 @njit(cache=True, parallel=True)
 def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, states, dt, n0,
                           coulomb_ratio, dt_nb, x_bs, x_bb, bs_on, bb_on, beta_stats,
-                          encounter, enc_phi, enc_w, p_stats, coll_rad=None):
+                          encounter, enc_phi, enc_w, p_stats, coll_rad=None, is_bh=None,
+                          clight=0.0):
     """:func:`relax_pairs` for a cluster with binaries: a pair holding a binary may instead
     have a strong encounter (the paper's section 2, CMC's ``dynamics_apply``).
 
@@ -406,6 +421,13 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
         Each row's sticky-sphere radius [N-body length] for single-single collisions (CMC's
         COLL_FACTOR times the stellar radius); None (the default): no collisions, and single
         pairs draw nothing more.
+    is_bh : ndarray of bool, optional
+        Single black holes (with ``clight`` > 0: CMC's BH_CAPTURE): a pair of two is tested
+        (with ``coll_rad`` given, its radii 0 or not) with ``S = max(S_coll, S_cap)``, S_cap
+        the focused cross section of :func:`gw_capture_pericentre`.  None (the default): no
+        capture.
+    clight : float
+        The speed of light [N-body velocity]; 0 (the default): no capture.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -452,7 +474,11 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
                         continue
             elif coll_rad is not None and not (wide[i] or wide[j]):
                 rp = coll_rad[i] + coll_rad[j]
-                if rp > 0.0:  # two stars with radii: sticky spheres
+                cap = False  # two single black holes that may capture each other
+                if is_bh is not None:
+                    if clight > 0.0:
+                        cap = is_bh[i] and is_bh[j]
+                if rp > 0.0 or cap:  # two stars with radii (sticky spheres), or two BHs
                     u = taus_uniform(states, b)
                     dx = vt[i] - vt[j] * np.cos(phi)
                     dy = -vt[j] * np.sin(phi)
@@ -460,8 +486,15 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
                     w = np.sqrt(dx * dx + dy * dy + dz * dz)
                     if w > 0.0:
                         dens = local_number_density(r_all, offset + i, n0) * n0
-                        p = dens * w * strong_encounter_cross_section(rp, m[i] + m[j], w) \
-                            * dt_nb
+                        s = 0.0
+                        if rp > 0.0:
+                            s = strong_encounter_cross_section(rp, m[i] + m[j], w)
+                        if cap:
+                            s_cap = strong_encounter_cross_section(
+                                gw_capture_pericentre(m[i], m[j], w, clight), m[i] + m[j], w)
+                            if s_cap > s:
+                                s = s_cap
+                        p = dens * w * s * dt_nb
                         if p >= 1.0:
                             n_p1 += 1.0
                         if p > p_max:

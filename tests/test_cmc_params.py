@@ -46,7 +46,7 @@ def test_every_parameter_is_mapped_or_listed():
     for key in ("TIDAL_CAPTURE", "USE_TT_FILE", "WRITE_STELLAR_INFO", "BINARY_BREAKING_MIN"):
         assert key not in accounted
     listed = {p for p, _, _ in conv.not_honoured}
-    for key in ("BH_CAPTURE", "TIDAL_TREATMENT", "SNAPSHOT_WINDOWS",
+    for key in ("TIDAL_TREATMENT", "SNAPSHOT_WINDOWS",
                 "MASS_BINS", "WRITE_BH_INFO"):
         assert key in listed, key
     # every [bse] key of CMC-COSMIC's example is mapped (issue 48): none is listed
@@ -130,6 +130,28 @@ def test_collisions_and_radius_factors_are_mapped(tmp_path):
     assert Simulation.create(cfg, SerialComm()).phys.radius_unit == 0.0
 
 
+def test_bh_capture_is_mapped(tmp_path):
+    """BH_CAPTURE maps to binaries.bh_capture; CMC-COSMIC evaluates it only in its
+    single-single branch (SS_COLLISION = 1): with SS_COLLISION = 0 it is listed as ignored;
+    without stellar evolution it is not honoured, with the reason."""
+    conv = convert_cmc_ini(DATA)  # the King example: SS_COLLISION = 1, BH_CAPTURE = 1
+    assert ("BH_CAPTURE", "binaries.bh_capture = true") in conv.mapped
+    assert load_config(text=conv.ini()).binaries.bh_capture
+    ini = tmp_path / "p.ini"
+    ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 1\nSS_COLLISION = 0\nBH_CAPTURE = 1\n")
+    conv = convert_cmc_ini(ini)
+    assert conv.not_honoured == [] and "SS_COLLISION = 1" in dict(
+        (p, why) for p, _, why in conv.ignored)["BH_CAPTURE"]
+    assert not load_config(text=conv.ini()).binaries.bh_capture
+    ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 0\nSS_COLLISION = 1\nBH_CAPTURE = 1\n")
+    listed = {p: why for p, _, why in convert_cmc_ini(ini).not_honoured}
+    assert "bse.stellar_evolution" in listed["BH_CAPTURE"]
+    ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 1\nSS_COLLISION = 1\nBH_CAPTURE = 0\n")
+    conv = convert_cmc_ini(ini)
+    assert ("BH_CAPTURE", "binaries.bh_capture = false") in conv.mapped
+    assert not load_config(text=conv.ini()).binaries.bh_capture
+
+
 def test_not_a_cmc_file(tmp_path):
     bad = tmp_path / "ours.ini"
     bad.write_text("[run]\ntheta_max = 1\n")
@@ -173,7 +195,8 @@ def test_cli_two_commands_from_cosmic_and_cmc_files(tmp_path):
     p = subprocess.run([sys.executable, "-m", "cmc.cli", "convert-ini",
                         str(tmp_path / "params.ini")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert "not honoured: BH_CAPTURE = 1" in p.stderr
+    assert "not honoured: TIDAL_TREATMENT = 1" in p.stderr
+    assert "BH_CAPTURE" not in p.stderr  # mapped (with SS_COLLISION and stellar evolution)
     assert p.stderr.count("\n") == p.stderr.count("cmc convert-ini:")  # one line each
     (tmp_path / "ours.ini").write_text(p.stdout)
     assert main(["run", str(tmp_path / "ours.ini"), "-o", str(tmp_path / "run")]) == 0

@@ -33,12 +33,13 @@ class BinaryEvents(Process):
     draws = ("block sub-stream, after relaxation's: per event in block order, an encounter's "
              "10 uniforms (its initial state and the spin of its frame) or a three-body "
              "formation's 7 (two azimuths, hardness, e, direction); a collision of two single "
-             "stars none")
+             "stars none, two single black holes with binaries.bh_capture one (the impact "
+             "parameter)")
     energy = ("E_encounters", "E_three_body", "E_taken", "E_oops", "E_slots", "E_ejected",
-              "E_mergers", "E_integrator")
+              "E_mergers", "E_integrator", "E_gw_capture")
     counters = ("n_binary_single", "n_binary_binary", "n_three_body", "n_exchanges",
                 "n_ionisations", "n_mergers", "n_triples", "n_wide_broken",
-                "n_encounters_discarded", "n_ejected", "n_collisions")
+                "n_encounters_discarded", "n_ejected", "n_collisions", "n_bh_captures")
     wait_after = True
 
     def run(self, work: StepWork) -> None:

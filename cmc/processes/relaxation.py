@@ -28,8 +28,9 @@ class Relaxation(Process):
     changes = "vr, vt of relaxed pairs; work.selection (encounters, three-body, wide binaries)"
     draws = ("block sub-stream: per pair (2k, 2k+1) in row order, the angles phi and psi, "
              "and with a binary in the pair (or, with binaries.ss_collision, two single stars "
-             "with radii) one uniform for the encounter test (P, eq 8); then per eligible "
-             "triplet one uniform for three-body formation")
+             "with radii, or with binaries.bh_capture two single black holes) one uniform for "
+             "the encounter test (P, eq 8); then per eligible triplet one uniform for "
+             "three-body formation")
     counters = ("beta_mean", "beta_capped", "n_binary_pairs", "n_p_over_1")
 
     def run(self, work: StepWork) -> None:
@@ -74,10 +75,18 @@ def relax_and_select(sim: Simulation, states: np.ndarray, dt: float, coulomb_rat
     # sticky spheres: each single star's radius [N-body length] (0: a binary, or no radius)
     coll_rad = np.where(is_bin, 0.0, stars.rad * (phys.radius_unit * phys.coll_factor)) \
         if phys.ss_collision and phys.radius_unit > 0.0 else None
+    # gravitational-wave capture: the single black holes (their pairs are tested with or
+    # without sticky radii)
+    is_bh = None
+    if phys.bh_capture and phys.clight > 0.0:
+        is_bh = ~is_bin & (stars.startype == enc.BLACK_HOLE)
+        if coll_rad is None:
+            coll_rad = np.zeros(n)
     relax_or_select_pairs(sim.r_all, sim.offset, stars.m, stars.vr, stars.vt, stars.bin_a,
                           is_bin & ~wide, wide, states, dt, n0, coulomb_ratio, dt_nb,
                           phys.x_bs, phys.x_bb, phys.binary_single, phys.binary_binary,
-                          beta_stats, encounter, enc_phi, enc_w, p_stats, coll_rad)
+                          beta_stats, encounter, enc_phi, enc_w, p_stats, coll_rad, is_bh,
+                          phys.clight if is_bh is not None else 0.0)
     busy = np.zeros(n, dtype=np.bool_)
     pairs = np.flatnonzero(encounter)
     busy[2 * pairs] = True
