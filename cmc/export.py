@@ -62,8 +62,8 @@ DYN_COLUMNS = (
     ("Eintesc", "E_NB", "internal energy of the escaped stars (as Etot_int): 0, stars hold "
      "none here"),
     ("Eoops", "E_NB", "energy that binary processes could not take from their neighbours, "
-     "and dissipated by mergers, as an energy gain (so that Etot + Eoops is the conserved "
-     "total)"),
+     "dissipated by mergers, radiated in GW captures and moved by stellar evolution, as an "
+     "energy gain (so that Etot + Eoops is the conserved total)"),
     ("Etot+Eoops", "E_NB", "Etot + Eoops: the conserved total (the diagnostics' E_tot)"),
     ("r_h", "r_vir", "half-mass radius"),
     ("rho_0", "M0 r_vir^-3", "central density (Casertano & Hut)"),
@@ -208,7 +208,12 @@ def dyn_dat(d: dict[str, np.ndarray]) -> str:
     e_esc = col("E_escaped") + col("E_stripped")
     e_besc = col("E_binding_escaped")
     etot = col("K") + col("W") + e_bin + e_esc + e_besc
-    eoops = 0.0 - (col("E_oops") + col("E_mergers") + _or_zero(col("E_integrator")))  # no "-0"
+    # every energy the run books apart from K, W, binaries and escapers (E_tot takes them off):
+    # the columns a run has only with stellar evolution or GW capture read as 0 without them
+    booked = col("E_oops") + col("E_mergers") + sum(
+        _or_zero(col(k)) for k in ("E_integrator", "E_se_mass", "E_se_kicks", "E_se_binding",
+                                   "E_gw_capture"))
+    eoops = 0.0 - booked  # (no "-0")
     vr = np.where(col("W") != 0, -2.0 * col("K") / np.where(col("W") != 0, col("W"), 1.0), 0.0)
     values = {
         "t": col("time"), "Dt": col("dt"), "tcount": col("step"), "N": col("N"), "M": col("M"),

@@ -220,3 +220,22 @@ def test_formats_doc_is_current():
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "cmc_formats.md").read_text()
     assert formats_markdown() in doc
+
+
+def test_dyn_dat_books_stellar_evolution_and_gw_capture_in_eoops():
+    """With stellar evolution and GW capture the run's E_tot also takes off E_se_* and
+    E_gw_capture: Etot + Eoops is still the diagnostics' E_tot."""
+    from cmc.export import DYN_COLUMNS, dyn_dat
+
+    d = {"step": np.array([0.0, 1.0]), "time": np.array([0.0, 0.1]), "K": np.array([0.25, 0.3]),
+         "W": np.array([-0.5, -0.55]), "E_binding": np.array([0.0, -0.01]),
+         "E_binding_escaped": np.zeros(2), "E_escaped": np.zeros(2), "E_stripped": np.zeros(2),
+         "E_oops": np.zeros(2), "E_mergers": np.array([0.0, -1e-3]),
+         "E_integrator": np.zeros(2), "E_se_mass": np.array([0.0, 2e-3]),
+         "E_se_kicks": np.array([0.0, 3e-4]), "E_se_binding": np.array([0.0, -4e-4]),
+         "E_gw_capture": np.array([0.0, -5e-5])}
+    e_tot = (d["K"] + d["W"] + d["E_binding"] - d["E_mergers"] - d["E_se_mass"]
+             - d["E_se_kicks"] - d["E_se_binding"] - d["E_gw_capture"])
+    row = np.array([float(x) for x in dyn_dat(d).splitlines()[-1].split()])
+    col = {name: i for i, (name, _, _) in enumerate(DYN_COLUMNS)}
+    assert row[col["Etot+Eoops"]] == pytest.approx(e_tot[-1], rel=1e-12)
