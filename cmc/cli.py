@@ -80,6 +80,17 @@ def _on_root(comm, fn):
     return out[1]
 
 
+def _acquire(lock, outdir: Path) -> None:
+    """Take the run folder's lock; an unwritable folder or another error: one-line input
+    errors."""
+    try:
+        lock.acquire()
+    except OSError as exc:
+        if is_not_writable(exc):
+            raise not_writable(outdir, exc) from None
+        raise InputError(f"cannot use output directory {outdir}: {exc.strerror}") from None
+
+
 def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:
     """On rank 0: check ``outdir``, take its lock, clear it or find the run to resume.
     Returns ``new``, ``finished`` or the path of the checkpoint to resume from."""
@@ -87,12 +98,7 @@ def _prepare_run_dir(outdir: Path, cfg, args, lock) -> str:
 
     if outdir.exists() and not outdir.is_dir():
         raise InputError(f"output path {outdir} exists and is not a directory")
-    try:
-        lock.acquire()
-    except OSError as exc:
-        if is_not_writable(exc):
-            raise not_writable(outdir, exc) from None
-        raise InputError(f"cannot use output directory {outdir}: {exc.strerror}") from None
+    _acquire(lock, outdir)
     status = run_status(outdir)
     outputs = run_outputs(outdir)
     if args.resume and status.kind in ("finished", "resumable", "failed"):
@@ -372,12 +378,7 @@ def cmd_nbody(args) -> int:
     run = NBodyRun(cfg, None, t_end=args.t_end,
                    dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta)
     lock = RunLock(outdir)
-    try:
-        lock.acquire()
-    except OSError as exc:
-        if is_not_writable(exc):
-            raise not_writable(outdir, exc) from None
-        raise InputError(f"cannot use output directory {outdir}: {exc.strerror}") from None
+    _acquire(lock, outdir)
     try:
         (outdir / "diagnostics.h5").unlink(missing_ok=True)
         (outdir / "config.ini").write_text(cfg.to_ini())

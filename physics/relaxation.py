@@ -378,6 +378,28 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
         beta_stats[b, 1] = capped
 
 
+@njit(cache=True, inline="always")
+def _tally(p, n_p1, p_max):
+    """The block's count of pairs with P >= 1 and its largest P, with this pair's ``p``."""
+    if p >= 1.0:
+        n_p1 += 1.0
+    if p > p_max:
+        p_max = p
+    return n_p1, p_max
+
+
+@njit(cache=True, inline="always")
+def _selected(u, p, k, phi, w, encounter, enc_phi, enc_w):
+    """Pair ``k`` meets in a strong encounter or collision when its uniform ``u`` is below its
+    probability ``p``: then flagged, with its phi and relative speed W."""
+    if u < p:
+        encounter[k] = True
+        enc_phi[k] = phi
+        enc_w[k] = w
+        return True
+    return False
+
+
 @njit(cache=True, parallel=True)
 def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, states, dt, n0,
                           coulomb_ratio, dt_nb, x_bs, x_bb, bs_on, bb_on, beta_stats,
@@ -463,14 +485,8 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
                         rp = x_bs * (bin_a[i] if is_binary[i] else bin_a[j])
                     dens = local_number_density(r_all, offset + i, n0) * n0
                     p = dens * w * strong_encounter_cross_section(rp, m[i] + m[j], w) * dt_nb
-                    if p >= 1.0:
-                        n_p1 += 1.0
-                    if p > p_max:
-                        p_max = p
-                    if u < p:
-                        encounter[k] = True
-                        enc_phi[k] = phi
-                        enc_w[k] = w
+                    n_p1, p_max = _tally(p, n_p1, p_max)
+                    if _selected(u, p, k, phi, w, encounter, enc_phi, enc_w):
                         continue
             elif coll_rad is not None and not (wide[i] or wide[j]):
                 rp = coll_rad[i] + coll_rad[j]
@@ -495,14 +511,8 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
                             if s_cap > s:
                                 s = s_cap
                         p = dens * w * s * dt_nb
-                        if p >= 1.0:
-                            n_p1 += 1.0
-                        if p > p_max:
-                            p_max = p
-                        if u < p:
-                            encounter[k] = True
-                            enc_phi[k] = phi
-                            enc_w[k] = w
+                        n_p1, p_max = _tally(p, n_p1, p_max)
+                        if _selected(u, p, k, phi, w, encounter, enc_phi, enc_w):
                             continue
             beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, j, phi, psi, dt, n0,
                                     coulomb_ratio)

@@ -19,18 +19,10 @@ from physics.binaries import binding_energy
 from physics.encounter_events import capture_pericentre, gw_energy_loss
 from physics.encounters import C
 from physics.potential import compute_potential
-from physics.relaxation import gw_capture_pericentre, local_number_density
-from tests.test_collisions import _energy, _select, _singles, _states
+from physics.relaxation import gw_capture_pericentre
+from tests.test_collisions import _energy, _peters_loss, _select, _singles, _states, _twin
 
 BH = 14
-
-
-def _peters_loss(m1: float, m2: float, rp: float, c: float) -> float:
-    """Energy radiated on one parabolic passage (Peters 1964 integrated over the orbit; Quinlan
-    & Shapiro 1989 eq. 3), G = 1: (85 pi / (12 sqrt 2)) m1^2 m2^2 sqrt(m1 + m2) / (c^5 rp^3.5),
-    written out with its own constant."""
-    return 85.0 * math.pi / (12.0 * math.sqrt(2.0)) * m1 ** 2 * m2 ** 2 * math.sqrt(m1 + m2) \
-        / (c ** 5 * rp ** 3.5)
 
 
 @pytest.mark.parametrize("m1,m2,w,c", [(1e-3, 1e-3, 0.5, 300.0), (3e-3, 5e-4, 1.3, 40.0),
@@ -70,38 +62,6 @@ def _bh_table(n: int, seed: int, frac: float = 0.5) -> dict:
     t["startype"][:] = np.where(rng.random(n) < frac, BH, 1)
     t["rad"][:] = 0.0
     return t
-
-
-def _twin(t: dict, states: np.ndarray, dt_nb: float, coll_rad: np.ndarray,
-          is_bh: np.ndarray, c: float, p_out: list | None = None) -> np.ndarray:
-    """The kernel's decisions for single pairs by a plain loop: per pair phi, psi, then (two
-    radii or two black holes) one uniform; S = max(S_coll, S_cap)."""
-    n = t["m"].size
-    out = np.zeros(n // 2 + 1, dtype=bool)
-    for b in range(states.shape[0]):
-        for i in range(20 * b, min(20 * b + 20, n) - 1, 2):
-            j = i + 1
-            phi = 2.0 * math.pi * taus_uniform(states, b)
-            taus_uniform(states, b)  # psi
-            rp = coll_rad[i] + coll_rad[j]
-            cap = bool(is_bh[i] and is_bh[j])
-            if rp <= 0.0 and not cap:
-                continue
-            u = taus_uniform(states, b)
-            w = math.sqrt((t["vt"][i] - t["vt"][j] * math.cos(phi)) ** 2
-                          + (t["vt"][j] * math.sin(phi)) ** 2 + (t["vr"][i] - t["vr"][j]) ** 2)
-            m12 = t["m"][i] + t["m"][j]
-            s = math.pi * rp * rp * (1 + 2 * m12 / (rp * w * w)) if rp > 0.0 else 0.0
-            if cap:
-                r_cap = (_peters_loss(t["m"][i], t["m"][j], 1.0, c)
-                         / (0.5 * t["m"][i] * t["m"][j] / m12 * w * w)) ** (1.0 / 3.5)
-                s = max(s, math.pi * r_cap ** 2 * (1 + 2 * m12 / (r_cap * w * w)))
-            dens = local_number_density(t["r"], i, float(n)) * n
-            p = dens * w * s * dt_nb
-            if p_out is not None:
-                p_out.append(min(p, 1.0))
-            out[i // 2] = u < p
-    return out
 
 
 def _select_bh(t, states, dt_nb, coll_rad, is_bh, c):

@@ -104,6 +104,18 @@ def test_parallel_run_equals_serial_emulation(world, binaries, tidal):
         assert n_strip >= 100  # and stripping
 
 
+def _compare(par: dict, par_diag: dict, ser: dict, ser_diag: dict) -> tuple[dict, list]:
+    """(star column -> equal, with "columns": the same names), and the diagnostics columns
+    that differ in any bit or exist on one side only."""
+    same = {k: bool(np.array_equal(par[k], ser[k])) for k in set(par) | set(ser)
+            if k in par and k in ser}
+    same["columns"] = sorted(par) == sorted(ser)
+    rel = sorted(k for k in set(par_diag) | set(ser_diag)
+                 if k not in par_diag or k not in ser_diag
+                 or par_diag[k].tobytes() != ser_diag[k].tobytes())
+    return same, rel
+
+
 def test_stellar_evolution_equals_serial_emulation(world, monkeypatch):
     """Stellar evolution (Kroupa 0.08-100 Msun, 10 % binaries, N = 1500, seed 5) with the
     massive stars aged to explode in the first step (tests/test_stellar_evolution_run.py's
@@ -133,12 +145,7 @@ def test_stellar_evolution_equals_serial_emulation(world, monkeypatch):
         world, 10, aged, aged, n=1500, binaries=0.1, extra=extra)
     verdict = None
     if world.rank == 0:
-        same = {k: bool(np.array_equal(par[k], ser[k])) for k in set(par) | set(ser)
-                if k in par and k in ser}
-        same["columns"] = sorted(par) == sorted(ser)
-        rel = sorted(k for k in set(par_diag) | set(ser_diag)
-                     if k not in par_diag or k not in ser_diag
-                     or par_diag[k].tobytes() != ser_diag[k].tobytes())
+        same, rel = _compare(par, par_diag, ser, ser_diag)
         verdict = (same, rel, "se_epoch" in par and "bin_se_epoch_2" in par,
                    float(np.sum(par_diag["n_supernovae"])),
                    float(np.sum(par_diag["n_se_disrupted"])),
@@ -165,12 +172,7 @@ def test_collisions_equal_serial_emulation(world, monkeypatch):
                                                       extra=extra)
     verdict = None
     if world.rank == 0:
-        same = {k: bool(np.array_equal(par[k], ser[k])) for k in set(par) | set(ser)
-                if k in par and k in ser}
-        same["columns"] = sorted(par) == sorted(ser)
-        rel = sorted(k for k in set(par_diag) | set(ser_diag)
-                     if k not in par_diag or k not in ser_diag
-                     or par_diag[k].tobytes() != ser_diag[k].tobytes())
+        same, rel = _compare(par, par_diag, ser, ser_diag)
         verdict = (same, rel, float(np.sum(par_diag["n_collisions"])),
                    float(np.max(np.abs(par_diag["dE_rel"]))))
     same, rel, n_coll, de = world.bcast(verdict, root=0)
