@@ -499,6 +499,22 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from cmc.compare import compare_runs, summary_lines
+
+    try:
+        png, js = compare_runs(args.outdirs, args.output)
+    except (OSError, KeyError, ValueError) as exc:
+        if is_not_writable(exc):
+            raise not_writable(exc.filename or args.output, exc) from None
+        raise InputError(f"cannot compare {' '.join(args.outdirs)}: {exc}") from None
+    setup_logging(0)
+    for line in summary_lines(js):
+        log.info("%s", line)
+    log.info("wrote %s and %s", png, js)
+    return 0
+
+
 def cmd_params(args) -> int:
     sys.stdout.write(parameter_table() + "\n")
     return 0
@@ -597,6 +613,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="time in Myr, radii in pc, masses in Msun, drawn to "
                     "OUTDIR/evolution_physical.png (evolution.png is left as it is)")
     pl.set_defaults(func=cmd_plot)
+    cp = sub.add_parser("compare", help="Monte Carlo and N-body runs side by side: Lagrange "
+                        "radii, r_c/r_h, N_core, binaries, mass against t/t_rh0, ensembles of "
+                        "seeds shaded (one PNG, one JSON)")
+    cp.add_argument("outdirs", nargs="+", help="run folders (cmc run or cmc nbody)")
+    cp.add_argument("-o", "--output", default="compare",
+                    help="PREFIX of PREFIX.png and PREFIX.json (default: compare)")
+    cp.set_defaults(func=cmd_compare)
     pa = sub.add_parser("params", help="list every parameter with unit and default")
     pa.set_defaults(func=cmd_params)
     if hasattr(sweep, "register"):
