@@ -193,26 +193,37 @@ REMNANT_COLUMNS = ("N_bh", "N_ns", "N_wd", "N_bh_binaries", "N_bbh", "M_bh")
 def remnant_sums(sim: Simulation) -> np.ndarray:
     """The remnants of each segment (:meth:`Simulation.star_segments`), shape (S, 6): black
     holes, neutron stars, white dwarfs (BSE types 14, 13, 10-12; singles and binary members),
-    binaries holding a black hole, black-hole binaries, and the black holes' mass [Msun]."""
+    binaries holding a black hole, black-hole binaries, and the black holes' mass [Msun].
+
+    Counted every step: the single stars' types by one ``bincount`` per segment (BSE types are
+    0-15), the few binaries' members apart."""
     s = sim.stars
     bounds = sim.star_segments()
     out = np.zeros((bounds.size - 1, len(REMNANT_COLUMNS)))
-    binary = s.binind >= 0 if s.has_binary_fields else np.zeros(s.n, dtype=bool)
-    members = [(s.startype, s.m_msun, ~binary)]
-    if s.has_binary_fields:
-        members += [(s.bin_startype1, s.bin_m1_msun, binary),
-                    (s.bin_startype2, s.bin_m2_msun, binary)]
     for j in range(bounds.size - 1):
         seg = slice(bounds[j], bounds[j + 1])
-        n_bh_in = np.zeros(bounds[j + 1] - bounds[j], dtype=np.int64)
-        for k, m, sel in members:
-            k, m, sel = k[seg], m[seg], sel[seg]
-            bh = sel & (k == 14)
+        kind, mass = s.startype[seg], s.m_msun[seg]
+        rows = np.flatnonzero(s.binind[seg] >= 0) if s.has_binary_fields else np.zeros(0, int)
+        # the singles: every row's type less the binaries' rows (their own type is no star's)
+        counts = np.bincount(kind, minlength=16) - np.bincount(kind[rows], minlength=16)
+        out[j, 0] = counts[14]
+        out[j, 1] = counts[13]
+        out[j, 2] = counts[10] + counts[11] + counts[12]
+        if counts[14]:
+            bh = kind == 14
+            bh[rows] = False
+            out[j, 5] = float(np.sum(mass[bh]))
+        if rows.size == 0:
+            continue
+        n_bh_in = np.zeros(rows.size, dtype=np.int64)
+        for kind, mass in ((s.bin_startype1[seg][rows], s.bin_m1_msun[seg][rows]),
+                           (s.bin_startype2[seg][rows], s.bin_m2_msun[seg][rows])):
+            bh = kind == 14
             out[j, 0] += np.count_nonzero(bh)
-            out[j, 1] += np.count_nonzero(sel & (k == 13))
-            out[j, 2] += np.count_nonzero(sel & (k >= 10) & (k <= 12))
-            out[j, 5] += float(np.sum(m[bh]))
-            n_bh_in += bh & binary[seg]
+            out[j, 1] += np.count_nonzero(kind == 13)
+            out[j, 2] += np.count_nonzero((kind >= 10) & (kind <= 12))
+            out[j, 5] += float(np.sum(mass[bh]))
+            n_bh_in += bh
         out[j, 3] = np.count_nonzero(n_bh_in >= 1)
         out[j, 4] = np.count_nonzero(n_bh_in == 2)
     return out
