@@ -268,3 +268,62 @@ def test_simulation_carries_the_speed_of_light(tmp_path, monkeypatch):
     assert off.phys.clight == 0.0
     off.step()
     assert "n_bh_captures" not in off.history and "E_gw_capture" not in off.history
+
+
+#: A cluster that makes ~100 black holes in its first step: a top-heavy power law (dN/dm ~
+#: m^-1, 0.5-40 Msun, N = 2000) at Z = 0.0002 whose stars above 25 Msun are aged to explode
+#: in step 1 (small fallback kicks: ~97 stay), with GW capture on.
+CAPTURING = ["initial.n=2000", "initial.seed=4", "initial.mass_function=power_law",
+             "initial.alpha=1.0", "initial.m_min=0.5", "initial.m_max=40",
+             "bse.stellar_evolution=true", "bse.metallicity=0.0002", "binaries.bh_capture=true",
+             "run.n_core_stop=0"]
+#: The speed of light is cut by this factor in these runs (the capture radius grows as
+#: c^(-10/7)), so that the ~100 black holes capture each other within a few steps.
+SLOW_LIGHT = 1e-6
+
+
+def black_hole_plan(cfg_args, comm_size: int = 0) -> dict:
+    """The aged-star plan (tests/test_stellar_evolution_run.py) for CAPTURING's stars above
+    25 Msun: they explode in the middle of the first step."""
+    from cmc.simulation import Simulation
+    from parallel.comm import SerialComm
+    from tests.test_stellar_evolution_run import plan_supernovae, step_times
+
+    emu = [f"run.emulate_ranks={comm_size}"] if comm_size > 1 else []
+    t = step_times(Simulation.create(load_config(None, [*cfg_args, *emu]), SerialComm()), 1)
+    return plan_supernovae(Simulation.create(load_config(None, cfg_args), SerialComm()),
+                           0.5 * (t[0] + t[1]), m_min=25.0)
+
+
+def black_holes_with_slow_light(sim, plan: dict) -> None:
+    """``plan`` applied, and the run's speed of light cut by :data:`SLOW_LIGHT`."""
+    import dataclasses
+
+    from tests.test_stellar_evolution_run import apply_plan
+
+    apply_plan(sim, plan)
+    sim.phys = dataclasses.replace(sim.phys, clight=sim.phys.clight * SLOW_LIGHT)
+
+
+def test_a_run_with_captures_keeps_its_books(tmp_path, monkeypatch):
+    """~100 black holes that capture each other (slow light): binaries form, E_tot (less
+    E_gw_capture, the energy the waves carried away) stays at E0 to 1e-12, the mass books
+    close to 1e-13, and the BBHs are black-hole binaries of the census."""
+    from cmc.simulation import Simulation
+    from parallel.comm import SerialComm
+
+    monkeypatch.chdir(tmp_path)  # evolv2's fort.99
+    plan = black_hole_plan(CAPTURING)
+    sim = Simulation.create(load_config(None, CAPTURING), SerialComm())
+    black_holes_with_slow_light(sim, plan)
+    for _ in range(12):
+        sim.step()
+    h = {k: np.asarray(v) for k, v in sim.history.items()}
+    assert h["n_supernovae"].sum() == len(plan) > 150
+    assert h["N_bh"][-1] >= 50
+    assert h["n_bh_captures"].sum() >= 3, h["n_bh_captures"].sum()
+    assert h["N_bbh"][-1] >= 1
+    assert h["E_gw_capture"][-1] < 0.0  # radiated: the mechanical energy fell
+    assert np.max(np.abs(h["dE_rel"])) < 1e-12, np.max(np.abs(h["dE_rel"]))
+    mass = h["M"] + h["M_escaped"] + h["M_stripped"] + h["M_se"]
+    np.testing.assert_allclose(mass, 1.0, rtol=0, atol=1e-13)

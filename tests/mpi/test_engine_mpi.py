@@ -182,6 +182,33 @@ def test_collisions_equal_serial_emulation(world, monkeypatch):
     assert de < 1e-11
 
 
+def test_bh_capture_equals_serial_emulation(world, monkeypatch):
+    """Gravitational-wave captures among ~100 black holes made in the first step
+    (tests/test_bh_capture.py's cluster, its speed of light cut so that they capture within a
+    few steps), 10 steps: the P-rank run equals its serial emulation bit for bit (stars,
+    every diagnostics column, n_bh_captures and E_gw_capture among them)."""
+    from tests.test_bh_capture import CAPTURING, black_hole_plan, black_holes_with_slow_light
+
+    monkeypatch.chdir(tempfile.mkdtemp(prefix="cmc-mpi-cap-"))  # evolv2's fort.99
+    p = world.size
+    plan = black_hole_plan(CAPTURING, p) if world.rank == 0 else None
+    plan = world.bcast(plan, root=0)
+
+    def prepare(sim):
+        black_holes_with_slow_light(sim, plan)
+
+    par, par_diag, ser, ser_diag = _run_and_emulation(world, 10, prepare, prepare, n=2000,
+                                                      extra=tuple(CAPTURING))
+    verdict = None
+    if world.rank == 0:
+        same, rel = _compare(par, par_diag, ser, ser_diag)
+        verdict = (same, rel, float(np.sum(par_diag["n_bh_captures"])))
+    same, rel, n_cap = world.bcast(verdict, root=0)
+    assert all(same.values()), {k: v for k, v in same.items() if not v}
+    assert not rel, f"diagnostics differ: {rel}"
+    assert n_cap >= 3
+
+
 @pytest.mark.parametrize("sign,binaries", [(1, 0.2), (-1, 0.0)])
 def test_shared_orbit_blocks_equal_serial_emulation(world, sign, binaries):
     """Neighbouring ranks compute each other's orbit blocks (run.orbit_balance; the shifts
