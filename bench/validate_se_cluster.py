@@ -230,7 +230,9 @@ redraws the central heavy objects' radii, the potential jumps this makes heat an
 stars per step, not per unit time, and the energy correction falls short (`E_deficit`, in
 Hénon units with E0 = -1/4: 0.024 by 100 Myr, 0.075 by 200 Myr).  From ~230 Myr on the 29
 black holes' core collapsed without forming a binary (three-body formation needs three black
-holes radially adjacent, CMC's rule too, and at N = 5e4 they are a minority of the core):
+holes radially adjacent, CMC's rule too, and at N = 5e4 they are a minority of the core:
+at 247 Myr the 25 left sit at r = 0.0025-0.004 pc but at radial ranks 188-3883, among light
+stars on radial orbits through the centre, so no triplet of three black holes exists):
 r_c fell to 0.004 pc, dt to 1e-8 t_rh0 per step, E_deficit to 0.5, and the cluster lost 30 %
 of its stars in 47 Myr, an artefact of the step count.  The run was stopped at 247 Myr
 (step 111 000): its numbers after ~200 Myr are not physics, and those before carry the
