@@ -254,6 +254,13 @@ def central_v2_sums(sim: Simulation) -> np.ndarray:
 
 
 
+def half_mass_relaxation_time(r_h: float, mass: float) -> float:
+    """t_rh = 0.138 r_h^1.5 / sqrt(M) [t_rel = t_NB N / ln(gamma N)] of a cluster of mass
+    ``mass`` [M0] and half-mass radius ``r_h`` [r_vir] (the initial one is the runs' t_rh0,
+    Monte Carlo and N-body alike)."""
+    return 0.138 * r_h ** 1.5 / math.sqrt(mass)
+
+
 def half_mass_radius(sim: Simulation) -> float:
     """r_h from the replicated arrays (the same on every rank)."""
     return float(lagrange_radii(sim.r_all, sim.m_all, np.array([0.5]), sim.mcum_all)[0])

@@ -178,6 +178,7 @@ class NBodyRun:
 
     def __init__(self, cfg: Config, outdir: Path | None, *, t_end: float | None = None,
                  dt_out: float = DT_OUT, eta: float = 0.02, eps: float = 0.0) -> None:
+        from cmc.diagnostics import half_mass_relaxation_time
         from cmc.initial import build_initial_stars, physical_scale
         from cmc.units import Units
         from physics.nbody import NBodyState
@@ -215,7 +216,7 @@ class NBodyRun:
         self.unit_nb = n / self.lnl0  # t_NB per t_rel
         # t_rh0 as Simulation.create: from the model's sorted radii and masses [t_rel]
         r_h0 = float(lagrange_radii(stars["r"], m, np.array([0.5]))[0])
-        self.t_rh0 = 0.138 * r_h0 ** 1.5 / math.sqrt(mtot)
+        self.t_rh0 = half_mass_relaxation_time(r_h0, mtot)
         self.t_rh0_nb = self.t_rh0 * self.unit_nb
         if t_end is None:
             t_end = self._t_end_from_config()

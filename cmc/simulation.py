@@ -33,7 +33,7 @@ import numpy as np
 
 from cmc import io as cio
 from cmc.config import Config, load_config
-from cmc.diagnostics import diagnostics_row
+from cmc.diagnostics import diagnostics_row, half_mass_relaxation_time
 from cmc.errors import RESUMABLE_STOPS, InputError
 from cmc.output.escapers import EscaperTable
 from cmc.output.files import RunOutput
@@ -172,7 +172,7 @@ class Simulation:
             log.warning("%d star(s) start beyond the tidal radius %.4g r_vir: they are "
                         "stripped in the first step", n_out, state.r_t0)
         state.e0 = d["E_tot"]
-        state.t_rh0 = 0.138 * d["r_h"] ** 1.5 / math.sqrt(d["M"])
+        state.t_rh0 = half_mass_relaxation_time(d["r_h"], d["M"])
         state.r_c0 = d["r_c"]
         state.r_h0 = d["r_h"]
         sim.diagnostics(record=True)

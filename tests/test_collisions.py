@@ -11,26 +11,20 @@ import numpy as np
 import pytest
 
 from cmc.config import ConfigError, load_config
-from cmc.fields import BINARY_FIELDS, STAR_FIELDS
 from parallel.rng import taus_uniform
 from parallel.streams import Streams
 from physics import encounters as enc
 from physics.encounters import C
 from physics.potential import compute_potential, potential_energy
 from physics.relaxation import local_number_density, relax_or_select_pairs
+from tests.test_encounters import _table
 
 
 def _singles(n: int, seed: int = 1) -> dict:
-    """``n`` equal-mass single stars (total mass 1) in a unit sphere."""
-    rng = np.random.default_rng(seed)
-    t = {f.name: np.full(n, f.default, dtype=f.dtype) for f in STAR_FIELDS + BINARY_FIELDS}
-    t["id"] = np.arange(n, dtype=np.int64)
-    t["m"] = np.full(n, 1.0 / n)
-    t["m_msun"] = np.full(n, 0.5)
-    t["r"] = np.sort(rng.random(n)) ** (1 / 3)
-    t["vr"] = rng.normal(0, 0.4, n)
-    t["vt"] = np.abs(rng.normal(0, 0.5, n))
-    t["rad"] = np.full(n, 1.0)
+    """``n`` equal-mass single stars (total mass 1) in a unit sphere, each of radius 1 Rsun
+    (tests/test_encounters.py's table)."""
+    t = _table(n, np.random.default_rng(seed))
+    t["rad"][:] = 1.0
     return t
 
 
