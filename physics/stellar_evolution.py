@@ -304,7 +304,9 @@ class Batch:
     seed: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        self.kstar = np.ascontiguousarray(self.kstar, dtype=np.int32).reshape(-1, 2)
+        # always a copy, as _f8 makes of the float arrays: ascontiguousarray would return a
+        # caller's C-ordered int32 array itself, and evolve() would overwrite it
+        self.kstar = np.array(self.kstar, dtype=np.int32, order="C").reshape(-1, 2)
         n = self.kstar.shape[0]
         self.mass = _f8(self.mass, (n, 2))
         self.rad = _f8(self.rad, (n, 2))
@@ -639,9 +641,11 @@ def merge_pair(kstar: Any, mass: Any, rad: Any, q: Mapping[str, Any], t: float, 
     ``t`` to ``t + MERGE_DT`` with :func:`evolve` (COSMIC's wheel does not expose ``mix``):
     both fill their Roche lobes, and BSE merges them (``mix``) or runs a common envelope.
     When that leaves two stars (a common envelope that ejects), the pair is tried again
-    with ``a = (R1 + R2) / k`` for k = 2 .. :data:`MERGE_TRIES`, as CMC-COSMIC's
-    ``merge_two_stars`` does.  The product's ``zams`` is its BSE ``mass0`` (its effective
-    initial mass; CMC's pts1 rule reads it).
+    from the same state with ``a = (R1 + R2) / k`` for k = 2 .. :data:`MERGE_TRIES`, from
+    k = 3 on with the common-envelope ``lambdaf`` set to ``-1e-4 / k`` (a fixed, tiny
+    lambda: the envelope cannot be ejected), as CMC-COSMIC's ``merge_two_stars`` does; a
+    giant that a small star falls into swallows it.  The product's ``zams`` is its BSE
+    ``mass0`` (its effective initial mass; CMC's pts1 rule reads it).
 
     Parameters
     ----------
@@ -671,13 +675,22 @@ def merge_pair(kstar: Any, mass: Any, rad: Any, q: Mapping[str, Any], t: float, 
     StellarEvolutionError
         If no separation made BSE leave a single star (``index`` 0), or BSE failed.
     """
+    from cosmic import _evolvebin as bse
+
     a0 = float(np.sum(rad))
+    lambdaf = float(bse.cevars.lambdaf)
     for k in range(1, MERGE_TRIES + 1):
+        # each try starts from the parts' state (Batch copies it; evolve writes the batch)
         b = Batch(np.asarray(kstar).reshape(1, 2), np.asarray(mass).reshape(1, 2),
                   np.asarray(rad).reshape(1, 2),
                   {n: np.asarray(v, float).reshape(1, 2) for n, v in q.items()},
                   tphys=t, sep=a0 / k, ecc=0.0, seed=seed)
-        r = evolve(b, t + MERGE_DT, z, pts1_highmass_cutoff)
+        if k > 2:  # CMC-COSMIC: force the merger in the common envelope
+            bse.cevars.lambdaf = -1.0e-4 / k
+        try:
+            r = evolve(b, t + MERGE_DT, z, pts1_highmass_cutoff)
+        finally:
+            bse.cevars.lambdaf = lambdaf
         if r.outcome[0] == DESTROYED:
             return None
         if r.outcome[0] in (MERGED_1, MERGED_2):

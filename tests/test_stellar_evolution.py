@@ -335,6 +335,33 @@ def test_merge_pair_white_dwarf_and_main_sequence_star_needs_a_smaller_orbit():
     assert p["kstar"] == 6 and p["mass"] > wd.mass[0, 0]
 
 
+def test_merge_pair_giant_swallows_a_small_star_and_leaves_the_inputs_alone():
+    """A 35 Msun core-helium-burning giant (R ~ 2200 Rsun) hit by a 0.14 Msun star (a run at
+    Z = 0.02, t = 4.12 Myr): a = R1 + R2 and a / 2 eject the envelope (a naked helium core and
+    the star survive); the tries with CMC-COSMIC's tiny lambda merge them.  The caller's
+    int32 kstar array is not overwritten between tries (it once was: the second try then
+    ran the giant's state as a kstar 7, and BSE's helium-star track gave a NaN radius)."""
+    from cosmic import _evolvebin
+
+    se.apply_flags({"lambdaf": 0.0})
+    kstar = np.array([4, 0], dtype=np.int32)
+    q = {"mass0": [40.03607284143988, 0.14077083474555044],
+         "lum": [528013.4543767056, 0.002379790509326688],
+         "massc": [14.56254401525908, 0.0], "radc": [1.1914588727751947, 0.0],
+         "menv": [12.990382221401928, 0.07038541737277522],
+         "renv": [1947.5780782315776, 0.11746650065686806],
+         "ospin": [0.0007947030345159157, 0.0007236619580203397],
+         "epoch": [-0.4471696867066992, 0.0], "tms": [4.529910773257586, 1892160.205928882],
+         "zams": [54.66151081405105, 0.14077083474555044]}
+    p = se.merge_pair(kstar, [35.422764092342064, 0.14077083474555044],
+                      [2193.588042202266, 0.18071769331825854], q, 4.123498251998516, 0.02,
+                      seed=2023403718)
+    assert kstar.tolist() == [4, 0]
+    assert p["tries"] == 3 and p["kstar"] == 4
+    assert p["mass"] > 35.4 and 2000.0 < p["rad"] < 2400.0
+    assert float(_evolvebin.cevars.lambdaf) == 0.0  # the run's flag, back after the tries
+
+
 def test_flags():
     d = se.cosmic_defaults()
     assert len(d) == 71 and "randomseed" not in d
