@@ -17,7 +17,7 @@ TEST_ENV := NUMBA_THREADING_LAYER=$${NUMBA_THREADING_LAYER:-workqueue} OMP_NUM_T
 EXTRAS := mpi,mpich,dev,cosmic
 CONSTRAINTS := constraints.txt
 
-.PHONY: install lock run test test-serial test-mpi bench scaling compute-scaling validate validate-fewbody validate-se-cluster lint clean
+.PHONY: install lock run test test-serial test-mpi bench scaling compute-scaling validate validate-fewbody validate-se-cluster validate-young-dense lint clean
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,7 @@ validate: install validate-fewbody
 	$(PY) bench/validate_binaries.py
 	$(PY) bench/validate_tidal.py --resume
 	$(PY) bench/validate_se.py
+	$(PY) bench/validate_pn25.py
 
 validate-fewbody: install
 	$(PY) bench/validate_fewbody.py
@@ -99,6 +100,17 @@ validate-se-cluster: install
 	else cd runs && ../$(BIN)/cmc run ../examples/king_se.ini -o val2_n5e4 \
 	  --set run.max_wall_hours=0; fi
 	$(PY) bench/validate_se_cluster.py runs/val2_n5e4
+
+# Issue 49's young dense cluster (examples/young_dense.ini, N = 1e5) to 10 Myr: about two hours
+# on one core, run or continued in runs/ydc; then docs/validation_young_dense.json and .png
+# (docs/validation_collisions.md quotes them).
+validate-young-dense: install
+	mkdir -p runs/ydc
+	if [ -f runs/ydc/n1e5/checkpoint.h5 ]; then \
+	  cd runs/ydc && ../../$(BIN)/cmc restart n1e5 --set run.max_wall_hours=0; \
+	else cd runs/ydc && ../../$(BIN)/cmc run ../../examples/young_dense.ini -o n1e5 \
+	  --set run.max_wall_hours=0; fi
+	$(PY) bench/validate_young_dense.py runs/ydc/n1e5
 
 lint: install
 	$(BIN)/ruff check .

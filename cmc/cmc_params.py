@@ -318,15 +318,16 @@ def _convert(path: str | Path, sections: dict[str, dict[str, str]]) -> Conversio
         put("SS_COLLISION", binaries__ss_collision="true" if _flag(v, "SS_COLLISION")
             else "false")
     # gravitational-wave capture of single black holes: CMC-COSMIC evaluates it in its
-    # single-single branch, which only SS_COLLISION = 1 enters (cmc_dynamics.c)
+    # single-single branch, which only SS_COLLISION = 1 enters (cmc_dynamics.c); the 2.5PN
+    # term in encounters with two or more black holes it turns on with BH_CAPTURE alone
+    # (cmc_binsingle.c, cmc_binbin.c)
     if (v := pop("BH_CAPTURE")) is not None:
+        on = "true" if _flag(v, "BH_CAPTURE") else "false"
         ss = raw.get("SS_COLLISION")
-        if _flag(v, "BH_CAPTURE") and not (ss is not None and _flag(ss, "SS_COLLISION")):
-            out.ignored.append(("BH_CAPTURE", v, "used by CMC-COSMIC only with "
-                                "SS_COLLISION = 1"))
+        if on == "true" and not (ss is not None and _flag(ss, "SS_COLLISION")):
+            put("BH_CAPTURE", binaries__pn25=on)  # the capture in the pairing stays off
         else:
-            put("BH_CAPTURE", binaries__bh_capture="true" if _flag(v, "BH_CAPTURE")
-                else "false")
+            put("BH_CAPTURE", binaries__bh_capture=on, binaries__pn25=on)
     if (v := pop("COLL_FACTOR")) is not None:
         put("COLL_FACTOR", binaries__coll_factor=str(_number(v, "COLL_FACTOR")))
     if (v := pop("BH_RADIUS_MULTIPLYER")) is not None:

@@ -216,6 +216,11 @@ class BinariesConfig:
                           "that pass within the pericentre where their gravitational waves "
                           "take their kinetic energy form a binary (CMC's BH_CAPTURE, Quinlan "
                           "& Shapiro 1989; needs bse.stellar_evolution for the black holes)")
+    pn25: bool = _p(False, "", "the 2.5 post-Newtonian term (gravitational-wave reaction) "
+                    "between black holes in few-body encounters with two or more of them, and "
+                    "their mergers with general relativity's mass loss and recoil (CMC-COSMIC "
+                    "turns it on with BH_CAPTURE; needs bse.stellar_evolution and "
+                    "integrator = ar)")
 
 
 @dataclass
@@ -338,6 +343,12 @@ class Config:
         if self.binaries.bh_capture and not self.bse.stellar_evolution:
             raise ConfigError("binaries.bh_capture: needs bse.stellar_evolution = true (the "
                               "black holes and their radii)")
+        if self.binaries.pn25 and not self.bse.stellar_evolution:
+            raise ConfigError("binaries.pn25: needs bse.stellar_evolution = true (the black "
+                              "holes and the physical scale)")
+        if self.binaries.pn25 and self.binaries.integrator != "ar":
+            raise ConfigError("binaries.pn25: needs binaries.integrator = ar (IAS15 has no "
+                              "2.5PN term here)")
 
 
 def _format(v: Any) -> str:

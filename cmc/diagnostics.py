@@ -58,7 +58,8 @@ DIAG_UNITS = {
     "n_se_disrupted": "binaries per step", "n_se_mergers": "binaries per step",
     "n_se_destroyed": "objects per step",
     "n_collisions": "pairs per step", "n_bh_captures": "pairs per step",
-    "E_gw_capture": "E_NB",
+    "E_gw_capture": "E_NB", "E_gw_encounters": "E_NB", "n_gw_mergers": "mergers per step",
+    "M_gw": "M0",
     "N_bh": "stars", "N_ns": "stars", "N_wd": "stars", "N_bh_binaries": "binaries",
     "N_bbh": "binaries", "M_bh": "Msun",
 }
@@ -87,7 +88,8 @@ DIAG_MEANINGS = {
                  "potential at escape)",
     "E_tot": "K + W + E_escaped + E_stripped + E_binding + E_binding_escaped - E_oops "
              "- E_mergers - E_integrator (- E_se_mass - E_se_kicks - E_se_binding with "
-             "stellar evolution; - E_gw_capture with binaries.bh_capture) (conserved)",
+             "stellar evolution; - E_gw_capture with binaries.bh_capture; - E_gw_encounters "
+             "with binaries.pn25) (conserved)",
     "E_se_mass": "change of K + W from the mass stellar evolution took (the lost mass "
                  "leaves with its star's velocity; W exact)",
     "E_se_kicks": "kinetic energy given by natal kicks (supernovae)",
@@ -104,6 +106,13 @@ DIAG_MEANINGS = {
                      "holes in the step",
     "E_gw_capture": "change of the mechanical energy (K + internal) by gravitational-wave "
                     "captures: what the waves radiated (negative)",
+    "E_gw_encounters": "change of the mechanical energy by the 2.5PN term in few-body "
+                       "encounters: what the waves radiated during the integrations "
+                       "(negative; the mass a merger radiates and its recoil are in "
+                       "E_mergers)",
+    "n_gw_mergers": "mergers of two black holes in few-body encounters with the 2.5PN term "
+                    "in the step",
+    "M_gw": "mass radiated by the black-hole mergers in few-body encounters (binaries.pn25)",
     "N_bh": "black holes in the cluster (single or in binaries)",
     "N_ns": "neutron stars in the cluster (single or in binaries)",
     "N_wd": "white dwarfs in the cluster (single or in binaries)",
@@ -347,6 +356,8 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
         e_tot -= st.e_se_mass + st.e_se_kicks + st.e_se_binding
     if sim.phys.bh_capture:
         e_tot -= st.e_gw_capture
+    if sim.phys.settings.clight > 0.0:
+        e_tot -= st.e_gw_encounters
     f_bin_core = 0.0
     if s.has_binary_fields:
         n_obj_core = int(np.searchsorted(sim.r_all, r_c, side="right"))
@@ -392,6 +403,10 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
     if sim.phys.bh_capture:
         d["E_gw_capture"] = st.e_gw_capture
         base["n_bh_captures"] = 0.0
+    if sim.phys.settings.clight > 0.0:
+        d["E_gw_encounters"] = st.e_gw_encounters
+        d["M_gw"] = st.m_gw
+        base["n_gw_mergers"] = 0.0
     base.update(extra or {})
     d.update(base)
     # the step over the central crossing time r_c / v0_rms (both N-body units; 0 before

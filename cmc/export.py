@@ -212,7 +212,7 @@ def dyn_dat(d: dict[str, np.ndarray]) -> str:
     # the columns a run has only with stellar evolution or GW capture read as 0 without them
     booked = col("E_oops") + col("E_mergers") + sum(
         _or_zero(col(k)) for k in ("E_integrator", "E_se_mass", "E_se_kicks", "E_se_binding",
-                                   "E_gw_capture"))
+                                   "E_gw_capture", "E_gw_encounters"))
     eoops = 0.0 - booked  # (no "-0")
     vr = np.where(col("W") != 0, -2.0 * col("K") / np.where(col("W") != 0, col("W"), 1.0), 0.0)
     values = {

@@ -52,11 +52,10 @@ from parallel.decomposition import MIN_CHUNK, block_counts, block_layout, rank_b
 from parallel.shared import NodeReplicas
 from parallel.streams import Streams
 from physics import encounters as enc
+from physics.binaries import C_KMS
 from physics.fewbody import EncounterSettings
 
 log = logging.getLogger("cmc.simulation")
-#: The speed of light [km/s] (binaries.bh_capture: in N-body units, c / the velocity unit).
-C_KMS = 299792.458
 
 
 class Simulation:
@@ -109,7 +108,9 @@ class Simulation:
             **binary_physics_settings(self),
             settings=EncounterSettings(integrator=b.integrator, energy_tol=b.energy_tol,
                                        max_steps=b.max_steps, t_max_periods=b.t_max_periods,
-                                       collapse_tol=b.collapse_tol))
+                                       collapse_tol=b.collapse_tol,
+                                       clight=C_KMS / self.units.velocity_kms if b.pn25
+                                       else 0.0))
         #: the orbit kernel: numba on the CPU, or the same kernel on a GPU
         self.orbits = orbit_kernel(cfg.run.orbit_backend, comm,
                                    balance=cfg.run.orbit_balance == "auto")

@@ -51,6 +51,10 @@ class RunState:
     e_integrator: float = 0.0
     #: mechanical energy that gravitational-wave captures of black holes radiated (negative)
     e_gw_capture: float = 0.0
+    #: mechanical energy the 2.5PN term radiated in few-body encounters (negative)
+    e_gw_encounters: float = 0.0
+    #: mass black-hole mergers in few-body encounters radiated [Hénon mass]
+    m_gw: float = 0.0
     wall_seconds: float = 0.0
     emulated_ranks: int = 1
     stop_reason: str = ""

@@ -4,7 +4,8 @@ Part of the binary processes of the step (:mod:`physics.encounters` runs the eve
 in their fixed order and re-exports these names).  Holds the switches and parameters
 (:class:`BinaryPhysics`), the counters every event adds to (:data:`COUNT_NAMES`, :data:`C`),
 and for each kind of event its random draws and its write-back: a strong encounter
-(:func:`_encounter_setup` draws 9 + 1 uniforms, :func:`_encounter` places the products of the
+(:func:`_encounter_setup` draws 9 + 1 uniforms, 3 more for the recoil of black-hole mergers
+in an encounter with the 2.5PN term, :func:`_encounter` places the products of the
 few-body integration, :mod:`physics.fewbody`), a three-body binary (:func:`_three_body_draws`,
 7 uniforms, and :func:`_three_body`) and a wide binary broken (:func:`_break_wide`, no draws).
 A block's rows are held by :class:`_Block` while its events are applied: it places the
@@ -37,6 +38,7 @@ from parallel.decomposition import MIN_CHUNK
 from parallel.rng import taus_uniform
 from physics import fewbody
 from physics.binaries import (
+    bh_merger_remnant,
     binding_energy,
     three_body_binary_kinematics,
     three_body_hardness,
@@ -76,7 +78,8 @@ COUNT_NAMES = (
     "n_triples", "n_encounters_discarded", "n_three_body", "n_wide_broken",
     "e_encounters", "e_three_body", "e_taken", "e_oops", "e_slots",
     "n_ejected", "m_ejected", "e_ejected", "e_bind_ejected", "e_mergers", "e_integrator",
-    "n_collisions", "n_bh_captures", "e_gw_capture",
+    "n_collisions", "n_bh_captures", "e_gw_capture", "n_gw_mergers", "e_gw_encounters",
+    "m_gw",
 )
 #: Index of each counter in the array :func:`physics.encounters.apply_events` returns.
 C = {name: k for k, name in enumerate(COUNT_NAMES)}
@@ -365,28 +368,63 @@ def _object(rec: dict, radius_unit: float, bh_multiplier: float = 1.0) -> fewbod
                               (float(rec["bin_m1"]), float(rec["bin_m2"])),
                               float(rec["bin_a"]), float(rec["bin_e"]),
                               (radius(rec["bin_rad1"], rec["bin_startype1"]),
-                               radius(rec["bin_rad2"], rec["bin_startype2"])))
+                               radius(rec["bin_rad2"], rec["bin_startype2"])),
+                              (int(rec["bin_startype1"]) == BLACK_HOLE,
+                               int(rec["bin_startype2"]) == BLACK_HOLE))
     return fewbody.single(int(rec["id"]), float(rec["m"]),
-                          radius(rec["rad"], rec["startype"]))
+                          radius(rec["rad"], rec["startype"]),
+                          int(rec["startype"]) == BLACK_HOLE)
 
 
 def _leaf(q: fewbody.Product, members: dict[int, dict], radius_unit: float,
-          merge_stars: Callable[[list[dict]], dict | None] | None = None) -> int:
+          merge_stars: Callable[[list[dict]], dict | None] | None = None,
+          gw: bool = False) -> int:
     """Star id of a single body of the outcome; a merger product becomes a new member under
     its smallest id: mass summed; without BSE state the Msun mass summed, the radius from the
     integrator and the largest stellar type (stellar evolution will decide); with it, the
-    star ``merge_stars`` makes of the parts (:func:`_merged`)."""
+    star ``merge_stars`` makes of the parts (:func:`_merged`).  ``gw``: the encounter had
+    black-hole mergers with the 2.5PN term; a product made only of black holes then has the
+    integrator's mass (what the merger fit left, :func:`_gw_merged`)."""
     if len(q.ids) == 1:
         return q.ids[0]
     parts = [members[i] for i in q.ids]
+    in_order = [members[i] for i in sorted(q.ids)]
     sid = min(q.ids)
     if "se_tphys" in parts[0]:
-        members[sid] = _merged([members[i] for i in sorted(q.ids)], merge_stars)
-        return sid
-    members[sid] = {"m": sum(p["m"] for p in parts), "m_msun": sum(p["m_msun"] for p in parts),
-                    "rad": q.radius / radius_unit if radius_unit > 0 else 0.0,
-                    "startype": max(p["startype"] for p in parts)}
+        members[sid] = _merged(in_order, merge_stars)
+    else:
+        members[sid] = {"m": sum(p["m"] for p in parts),
+                        "m_msun": sum(p["m_msun"] for p in parts),
+                        "rad": q.radius / radius_unit if radius_unit > 0 else 0.0,
+                        "startype": max(p["startype"] for p in parts)}
+    if gw and all(int(p["startype"]) == BLACK_HOLE for p in parts):
+        _gw_merged(members[sid], in_order, q.m)
     return sid
+
+
+def _gw_merged(product: dict, parts: list[dict], m_final: float) -> None:
+    """A black hole that black holes ``parts`` merged into with the 2.5PN term: its Hénon
+    mass the integrator's ``m_final`` (the parts' less what the merger fit radiated,
+    :func:`physics.binaries.bh_merger_remnant`), the Msun mass and BSE's masses and radius
+    (a multiple of the Schwarzschild radius) scaled with it, and the fit's spin (of the
+    parts merged pairwise in id order, the spins taken as zero as the fit does)."""
+    m_sum = sum(float(p["m"]) for p in parts)
+    frac = m_final / m_sum
+    msun_final = sum(float(p["m_msun"]) for p in parts) * frac
+    scale = msun_final / float(product["m_msun"]) if product["m_msun"] > 0 else frac
+    product["m"] = m_final
+    product["m_msun"] = msun_final
+    product["rad"] = float(product["rad"]) * scale
+    for key in ("mass0", "massc", "zams"):
+        if key in product:
+            product[key] = float(product[key]) * scale
+    if "bhspin" in product:
+        m_acc = float(parts[0]["m_msun"])
+        spin = 0.0
+        for p in parts[1:]:
+            _, spin, _ = bh_merger_remnant(m_acc, float(p["m_msun"]))
+            m_acc += float(p["m_msun"])
+        product["bhspin"] = float(spin)
 
 
 #: Keys a merge rule's product must have (besides the BSE quantities).
@@ -488,13 +526,17 @@ def _internal(recs) -> float:
 def _encounter_setup(blk: _Block, i: int, w: float, states: np.ndarray, phys: BinaryPhysics
                      ) -> tuple[fewbody.InitialState, float]:
     """Draw the encounter of local rows (i, i + 1): its initial state and the spin angle of
-    its frame about the relative velocity (10 uniforms from the block's sub-stream)."""
+    its frame about the relative velocity (10 uniforms from the block's sub-stream), then,
+    with the 2.5PN term and two or more black holes, the recoil angles of their mergers
+    (:func:`physics.fewbody.draw_recoil_uniforms`, 3 more)."""
     obj1 = _object(blk.row(i), phys.radius_unit, phys.bh_radius_multiplier)
     obj2 = _object(blk.row(i + 1), phys.radius_unit, phys.bh_radius_multiplier)
     both = obj1.is_binary and obj2.is_binary
     rp = phys.x_bb * (obj1.a + obj2.a) if both else phys.x_bs * max(obj1.a, obj2.a)
     state = fewbody.sample_encounter(obj1, obj2, w, rp, states, blk.b, phys.settings.tidal_tol)
-    return state, 2.0 * math.pi * taus_uniform(states, blk.b)
+    spin = 2.0 * math.pi * taus_uniform(states, blk.b)
+    fewbody.draw_recoil_uniforms(state, phys.settings, states, blk.b)
+    return state, spin
 
 
 def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spin: float,
@@ -518,6 +560,7 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
     w_vec = v_j - v_i
     rot = rotation_onto(incoming_direction(state), w_vec / float(np.linalg.norm(w_vec)), spin)
     members = {**_members(ri), **_members(rj)}
+    gw = out.n_gw_mergers > 0
     old_ids = {}
     for rec in (ri, rj):
         if rec["binind"] >= 0:
@@ -536,13 +579,13 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
             counts[C["n_triples"]] += 1
         for q in parts:
             if q.is_single:
-                sid = _leaf(q, members, radius_unit, merge_stars)
+                sid = _leaf(q, members, radius_unit, merge_stars, gw)
                 new_recs.append(_single_record(ri, sid, members[sid], v))
             else:
                 c1, c2 = q.children
                 new_recs.append(_binary_record(
-                    ri, _leaf(c1, members, radius_unit, merge_stars),
-                    _leaf(c2, members, radius_unit, merge_stars), members, q.a, q.e, v,
+                    ri, _leaf(c1, members, radius_unit, merge_stars, gw),
+                    _leaf(c2, members, radius_unit, merge_stars, gw), members, q.a, q.e, v,
                     old_ids))
     counts[C["n_exchanges"]] += out.exchanges
     # binaries destroyed
@@ -551,12 +594,19 @@ def _encounter(blk: _Block, i: int, phi: float, state: fewbody.InitialState, spi
     # mechanical energy changed by mergers (a merged pair's orbital energy goes into the
     # product: its negative binding energy leaves the budget), booked so E_tot is kept
     counts[C["e_mergers"]] += out.de_merger
+    # what gravitational waves took during the integration (the 2.5PN term)
+    counts[C["e_gw_encounters"]] += out.de_gw
+    counts[C["n_gw_mergers"]] += out.n_gw_mergers
+    if gw:  # the mass black-hole mergers radiated
+        counts[C["m_gw"]] += float(ri["m"]) + float(rj["m"]) - sum(float(r["m"])
+                                                                    for r in new_recs)
     dk = _kinetic(new_recs) - k_before
     counts[C["e_encounters"]] += dk
     # what the cluster's budget changes by, all of it the integrator's energy error: the
     # products' kinetic and internal energy (a stable triple's outer orbit is paid for
     # below, from the neighbours or as e_oops, so it counts), less what mergers dissipated
-    counts[C["e_integrator"]] += dk + _internal(new_recs) - eb_before + e_outer - out.de_merger
+    counts[C["e_integrator"]] += (dk + _internal(new_recs) - eb_before + e_outer - out.de_merger
+                                  - out.de_gw)
     blk.place([i, j], [(i if k == 0 else j, rec) for k, rec in enumerate(new_recs)], counts)
     if e_outer < 0.0:
         taken, left = blk.take_energy(-e_outer, new_recs)

@@ -56,6 +56,7 @@ from physics.fewbody_rebound import integrate_ias15
 
 __all__ = [
     "DRAWS_PER_ENCOUNTER",
+    "RECOIL_DRAWS",
     "EncounterSettings",
     "InitialState",
     "Outcome",
@@ -63,6 +64,7 @@ __all__ = [
     "StarObject",
     "binary",
     "critical_velocity",
+    "draw_recoil_uniforms",
     "initial_state",
     "integrate",
     "sample_encounter",
@@ -73,6 +75,9 @@ __all__ = [
 #: Uniform draws per encounter: 1 (impact parameter) + 4 per binary (3 orientation, 1 phase),
 #: always 9 so that the stream advances the same whatever the objects are.
 DRAWS_PER_ENCOUNTER = 9
+#: Uniforms drawn (after the encounter's) for the recoil angles of black-hole mergers, in an
+#: encounter with the 2.5PN term: one per possible merger of four bodies.
+RECOIL_DRAWS = 3
 
 
 # ---------------------------------------------------------------------------
@@ -181,7 +186,7 @@ def initial_state(obj1: StarObject, obj2: StarObject, v_inf: float, b: float,
     r0 = start_distance(obj1, obj2, tidal_tol)
     rel_x, rel_v, rp = _hyperbola(mtot, v_inf, b, r0)
     r_start = float(np.linalg.norm(rel_x))
-    xs, vs, ms, rs, ids, groups = [], [], [], [], [], []
+    xs, vs, ms, rs, ids, groups, bhs = [], [], [], [], [], [], []
     for k, (obj, sign, mo) in enumerate(((obj1, -1.0, m2), (obj2, 1.0, m1))):
         cx = sign * mo / mtot * rel_x
         cv = sign * mo / mtot * rel_v
@@ -199,10 +204,12 @@ def initial_state(obj1: StarObject, obj2: StarObject, v_inf: float, b: float,
             vs.append(cv)
         ms += list(obj.masses)
         rs += list(obj.radii)
+        bhs += [int(f) for f in obj.bh_flags]
         ids += list(obj.ids)
         groups.append(tuple(range(start, len(ms))))
     return InitialState(np.array(xs), np.array(vs), np.array(ms), np.array(rs), ids, groups,
-                        (obj1, obj2), float(v_inf), float(b), r_start, float(rp))
+                        (obj1, obj2), float(v_inf), float(b), r_start, float(rp),
+                        np.array(bhs, dtype=np.int64))
 
 
 def sample_encounter(obj1: StarObject, obj2: StarObject, v_inf: float, rp_max: float,
@@ -221,6 +228,14 @@ def sample_encounter(obj1: StarObject, obj2: StarObject, v_inf: float, rp_max: f
     return initial_state(obj1, obj2, v_inf, b, u[1:], tidal_tol)
 
 
+def draw_recoil_uniforms(state: InitialState, settings: EncounterSettings,
+                         states: np.ndarray, row: int) -> None:
+    """Draw the recoil angles of an encounter with the 2.5PN term (``settings.clight > 0``
+    and two or more black holes): :data:`RECOIL_DRAWS` uniforms from ``states[row]`` into
+    ``state.recoil_uniforms``; other encounters draw nothing."""
+    if settings.clight > 0.0 and state.post_newtonian:
+        state.recoil_uniforms = np.array([taus_uniform(states, row)
+                                          for _ in range(RECOIL_DRAWS)])
 
 
 # ---------------------------------------------------------------------------
@@ -238,7 +253,7 @@ def _integrate_ar(state: InitialState, settings: EncounterSettings) -> Outcome:
     tree = _empty_tree(n)
     tx, tv, tm, ta, te, ch, top = tree
     istats = np.zeros(fk.N_ISTATS, dtype=np.int64)
-    fstats = np.zeros(4)
+    fstats = np.zeros(8)
     # first step: a small fraction of the tightest binary's orbit in the regularised time
     # (ds = U dt; one orbit is m1 m2 P / a)
     hstep = math.inf
@@ -253,16 +268,20 @@ def _integrate_ar(state: InitialState, settings: EncounterSettings) -> Outcome:
         settings.tidal_tol, settings.jump_tol,
         settings.t_max_periods * period, settings.max_steps, settings.classify_every,
         settings.merger_radius_factor, tx, tv, tm, ta, te, ch, top, istats, fstats,
-        settings.collapse_tol)
+        state.is_bh.copy(), settings.clight / scale_v, np.ascontiguousarray(
+            state.recoil_uniforms, dtype=np.float64), settings.collapse_tol)
     tree_out = (tx, tv, tm, ta, te, ch, top, int(fstats[2]), int(fstats[3]))
     return _finish(state, status, n_end, x, v, m, rad, members, tree_out, istats,
-                   float(fstats[0]), float(fstats[1]), settings, scales)
+                   float(fstats[0]), float(fstats[1]), settings, scales, float(fstats[4]),
+                   fstats[5:8].copy())
 
 
 def integrate(state: InitialState, settings: EncounterSettings | None = None) -> Outcome:
     """Integrate a prepared encounter with the chosen integrator and classify the outcome."""
     settings = settings or EncounterSettings()
     if settings.integrator == "ias15":
+        if settings.clight > 0.0 and state.post_newtonian:
+            raise ValueError("the 2.5PN term (clight > 0) needs integrator 'ar'")
         return integrate_ias15(state, settings)
     return _integrate_ar(state, settings)
 
@@ -272,4 +291,5 @@ def scatter(obj1: StarObject, obj2: StarObject, v_inf: float, rp_max: float,
     """Draw an encounter from ``states[row]`` and run it (see :func:`sample_encounter`)."""
     settings = settings or EncounterSettings()
     state = sample_encounter(obj1, obj2, v_inf, rp_max, states, row, settings.tidal_tol)
+    draw_recoil_uniforms(state, settings, states, row)
     return integrate(state, settings)

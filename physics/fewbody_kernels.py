@@ -19,12 +19,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from physics.binaries import bh_merger_remnant
 from physics.fewbody_classify import _pair_orbit, classify
 from physics.fewbody_integrator import (
     KMAX,
     _next_step_factor,
     _unpack,
     bs_step,
+    bs_step_pn,
     kinetic_energy,
     potential_energy,
 )
@@ -44,18 +46,60 @@ IST_MERGERS = 3
 IST_CLASSIFY = 4
 IST_JUMPS = 5
 IST_COLLAPSES = 6
-N_ISTATS = 7
+IST_GW_MERGERS = 7
+N_ISTATS = 8
 #: An isolated binary (tidal perturbation below the collapse tolerance) is integrated as one
 #: body until its perturbation exceeds this many times that tolerance (hysteresis).
 EXPAND_FACTOR = 10.0
 
 
 @njit(cache=True)
-def _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor):
+def _recoil(x, v, i, j, kick, u):
+    """The recoil velocity (3,) of the merger of bodies ``i`` and ``j``: speed ``kick`` in
+    their orbital plane at the angle ``2 pi u`` from their relative velocity (as CMC-COSMIC's
+    ``fb_merge``: y along the relative velocity, z along the pair's angular momentum, the kick
+    ``cos(theta) (y x z) + sin(theta) y``); a head-on pair takes any axis normal to y."""
+    y = np.empty(3)
+    r = np.empty(3)
+    for c in range(3):
+        y[c] = v[j, c] - v[i, c]
+        r[c] = x[j, c] - x[i, c]
+    ny = np.sqrt(y[0] * y[0] + y[1] * y[1] + y[2] * y[2])
+    out = np.zeros(3)
+    if ny == 0.0 or kick == 0.0:
+        return out
+    y /= ny
+    z = np.array([r[1] * y[2] - r[2] * y[1], r[2] * y[0] - r[0] * y[2],
+                  r[0] * y[1] - r[1] * y[0]])
+    nz = np.sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2])
+    if nz == 0.0:  # head on: any direction normal to y
+        k = np.argmin(np.abs(y))
+        e = np.zeros(3)
+        e[k] = 1.0
+        z = np.array([y[1] * e[2] - y[2] * e[1], y[2] * e[0] - y[0] * e[2],
+                      y[0] * e[1] - y[1] * e[0]])
+        nz = np.sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2])
+    z /= nz
+    xa = np.array([y[1] * z[2] - y[2] * z[1], y[2] * z[0] - y[0] * z[2],
+                   y[0] * z[1] - y[1] * z[0]])
+    th = 2.0 * np.pi * u
+    for c in range(3):
+        out[c] = kick * (np.cos(th) * xa[c] + np.sin(th) * y[c])
+    return out
+
+
+@njit(cache=True)
+def _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor, is_bh, clight,
+                    kick_u, nkick):
     """Merge pairs in contact (or whose two-body pericentre since the last step touched).
 
     Returns the new body count.  A merged body keeps mass, centre of mass and momentum; its
-    radius is ``radius_factor * (r_1 + r_2)``.
+    radius is ``radius_factor * (r_1 + r_2)``.  With ``clight > 0`` two black holes merge as
+    general relativity has it (:func:`physics.binaries.bh_merger_remnant`): the product
+    keeps the fraction of the mass the fit leaves (radius scaled with it: the black holes'
+    radii are a multiple of the Schwarzschild radius), moves with the pair's centre-of-mass
+    velocity plus the recoil (:func:`_recoil`, its angle from ``kick_u[nkick[0]]``, then
+    ``nkick[0]`` counts on); a product with a black hole in it is a black hole.
     """
     merged = True
     while merged:
@@ -84,12 +128,25 @@ def _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor):
                         touch = q <= rsum
                 if touch:
                     mt = m[i] + m[j]
+                    gr = clight > 0.0 and is_bh[i] != 0 and is_bh[j] != 0
+                    frac = 1.0
+                    dv = np.zeros(3)
+                    if gr:
+                        frac, _, kick = bh_merger_remnant(m[i], m[j])
+                        u = kick_u[nkick[0]] if nkick[0] < kick_u.shape[0] else 0.0
+                        nkick[0] += 1
+                        dv = _recoil(x, v, i, j, kick * clight, u)
                     for c in range(3):
                         x[i, c] = (m[i] * x[i, c] + m[j] * x[j, c]) / mt
                         v[i, c] = (m[i] * v[i, c] + m[j] * v[j, c]) / mt
-                    m[i] = mt
-                    rad[i] = radius_factor * rsum
+                    if gr:
+                        for c in range(3):
+                            v[i, c] += dv[c]
+                    m[i] = mt * frac
+                    rad[i] = radius_factor * rsum * frac
                     members[i] |= members[j]
+                    if is_bh[j] != 0:
+                        is_bh[i] = 1
                     last = n - 1
                     if j != last:
                         for c in range(3):
@@ -100,6 +157,7 @@ def _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor):
                         m[j] = m[last]
                         rad[j] = rad[last]
                         members[j] = members[last]
+                        is_bh[j] = is_bh[last]
                     n -= 1
                     merged = True
                     break
@@ -149,7 +207,8 @@ def recentre_on_centre_of_mass(x, m, n):
 @njit(cache=True, nogil=True)
 def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_tol, jump_tol,
                         t_max, max_steps, classify_every, radius_factor,
-                        tx, tv, tm, ta, te, ch, top, istats, fstats, collapse_tol=0.0):
+                        tx, tv, tm, ta, te, ch, top, istats, fstats, is_bh, clight, kick_u,
+                        collapse_tol=0.0):
     """Integrate an encounter until it is classified as over, or a limit is reached.
 
     Parameters
@@ -188,9 +247,20 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
         Out: the final hierarchy (see :func:`classify`).
     istats : ndarray of int64, shape (N_ISTATS,)
         Out: accepted and rejected steps, force evaluations, mergers, classifications, jumps.
-    fstats : ndarray of float64, shape (4,)
+    fstats : ndarray of float64, shape (8,)
         Out: end time, energy lost in mergers (E_after - E_before summed), final n_nodes,
-        final n_top.
+        final n_top, energy change by the 2.5PN term (the radiated energy, negative), and the
+        angular momentum (3) it gave (the radiated, with the sign of a change).
+    is_bh : ndarray of int64, shape (nmax,)
+        1 for a black hole (updated as bodies merge).
+    clight : float
+        The speed of light in the units of ``v``; > 0 with two or more black holes switches
+        on the 2.5PN term between black holes (:func:`physics.fewbody_integrator.bs_step_pn`)
+        and general-relativistic black-hole mergers (:func:`_merge_contacts`), and switches
+        off the Kepler jumps and collapsed binaries (they would skip the radiation); 0:
+        Newtonian.
+    kick_u : ndarray, shape (k,)
+        Uniforms in (0, 1) for the recoil angles of the black-hole mergers, in order.
 
     Returns
     -------
@@ -205,8 +275,19 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
     acc = np.empty((nmax, 3))
     xold = np.empty((nmax, 3))
     vold = np.empty((nmax, 3))
-    tab = np.empty((KMAX, KMAX, 6 * nmax + 1))
-    ynew = np.empty(6 * nmax + 1)
+    tab = np.empty((KMAX, KMAX, 9 * nmax + 5))
+    ynew = np.empty(9 * nmax + 5)
+    ws_w = np.empty((nmax, 3))
+    fpn = np.empty((nmax, 3))
+    nkick = np.zeros(1, dtype=np.int64)
+    n_bh = 0
+    for i in range(n):
+        if is_bh[i] != 0:
+            n_bh += 1
+    pn = clight > 0.0 and n_bh >= 2
+    if pn:
+        jump_tol = 0.0
+    de_pn = 0.0
     errs = np.empty(KMAX)
     istats[:] = 0
     body_col = np.full(nmax, -1, dtype=np.int64)
@@ -220,8 +301,9 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
     for i in range(n):
         if rad[i] > 0.0:
             point_masses = False
-    collapsing = collapse_tol > 0.0 and point_masses
+    collapsing = collapse_tol > 0.0 and point_masses and not pn
     de_merge = 0.0
+    fstats[:] = 0.0
     t = 0.0
     bconst = potential_energy(x, m, n) - kinetic_energy(v, m, n)
     status = STATUS_DONE
@@ -229,8 +311,12 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
     nn = n
     ntop = n
     while True:
-        k, err, nf = bs_step(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v, acc, tab,
-                             ynew, errs)
+        if pn:
+            k, err, nf = bs_step_pn(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v,
+                                    ws_w, acc, fpn, is_bh, clight, tab, ynew, errs)
+        else:
+            k, err, nf = bs_step(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v, acc,
+                                 tab, ynew, errs)
         istats[IST_FORCES] += nf
         if k == 0:
             istats[IST_REJECTED] += 1
@@ -248,6 +334,11 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
                 xold[i, c] = x[i, c]
                 vold[i, c] = v[i, c]
         t = _unpack(ynew, n, x, v)
+        if pn:  # B = -E grew by the energy the waves took
+            de_pn -= ynew[6 * n + 1] - bconst
+            bconst = ynew[6 * n + 1]
+            for c in range(3):
+                fstats[5 + c] += ynew[9 * n + 2 + c]
         istats[IST_STEPS] += 1
         since += 1
         hstep *= _next_step_factor(k, errs, seq, kmax)
@@ -258,7 +349,8 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
                 has_radii = True
         if has_radii and n > 1:
             e_before = kinetic_energy(v, m, n) - potential_energy(x, m, n)
-            n_new = _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor)
+            n_new = _merge_contacts(x, v, m, rad, members, n, xold, vold, radius_factor, is_bh,
+                                    clight, kick_u, nkick)
             if n_new < n:
                 istats[IST_MERGERS] += n - n_new
                 n = n_new
@@ -329,4 +421,6 @@ def integrate_encounter(x, v, m, rad, members, n, hstep, tol, kmax, seq, tidal_t
     fstats[1] = de_merge
     fstats[2] = nn
     fstats[3] = ntop
+    fstats[4] = de_pn
+    istats[IST_GW_MERGERS] = nkick[0]
     return status, n

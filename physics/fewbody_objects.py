@@ -13,7 +13,7 @@ Units: G = 1 (see :mod:`physics.fewbody`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -41,6 +41,9 @@ class StarObject:
         Semi-major axis of a binary (0 for a single).
     e : float
         Eccentricity of a binary, ``0 <= e < 1``.
+    black_holes : tuple of bool
+        Which members are black holes (the 2.5PN term acts between them when
+        :attr:`EncounterSettings.clight` is set); empty: none.
     """
 
     ids: tuple[int, ...]
@@ -48,6 +51,7 @@ class StarObject:
     radii: tuple[float, ...]
     a: float = 0.0
     e: float = 0.0
+    black_holes: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
         k = len(self.ids)
@@ -57,6 +61,8 @@ class StarObject:
             raise ValueError(f"masses must be positive and finite, got {self.masses}")
         if not all(math.isfinite(r) and r >= 0 for r in self.radii):
             raise ValueError(f"radii must be >= 0 and finite, got {self.radii}")
+        if self.black_holes and len(self.black_holes) != k:
+            raise ValueError("black_holes: one flag per member, or none")
         if k == 2:
             if not (math.isfinite(self.a) and self.a > 0):
                 raise ValueError(f"binary semi-major axis must be > 0, got {self.a}")
@@ -70,6 +76,11 @@ class StarObject:
     @property
     def mass(self) -> float:
         return float(sum(self.masses))
+
+    @property
+    def bh_flags(self) -> tuple[bool, ...]:
+        """One flag per member: a black hole."""
+        return self.black_holes or (False,) * len(self.ids)
 
     @property
     def binding_energy(self) -> float:
@@ -86,16 +97,20 @@ class StarObject:
         return 2.0 * math.pi * math.sqrt(self.a ** 3 / self.mass)
 
 
-def single(star_id: int, m: float, radius: float = 0.0) -> StarObject:
+def single(star_id: int, m: float, radius: float = 0.0, black_hole: bool = False
+           ) -> StarObject:
     """A single star."""
-    return StarObject((int(star_id),), (float(m),), (float(radius),))
+    return StarObject((int(star_id),), (float(m),), (float(radius),),
+                      black_holes=(bool(black_hole),))
 
 
 def binary(ids: tuple[int, int], masses: tuple[float, float], a: float, e: float = 0.0,
-           radii: tuple[float, float] = (0.0, 0.0)) -> StarObject:
+           radii: tuple[float, float] = (0.0, 0.0),
+           black_holes: tuple[bool, bool] = (False, False)) -> StarObject:
     """A binary of two stars."""
     return StarObject((int(ids[0]), int(ids[1])), (float(masses[0]), float(masses[1])),
-                      (float(radii[0]), float(radii[1])), float(a), float(e))
+                      (float(radii[0]), float(radii[1])), float(a), float(e),
+                      (bool(black_holes[0]), bool(black_holes[1])))
 
 
 @dataclass(frozen=True)
@@ -145,6 +160,11 @@ class EncounterSettings:
         An encounter whose relative energy error (to the initial internal binding energy) or
         angular momentum error (to the initial binaries' internal angular momentum) exceeds
         this is marked invalid, as CMC discards it.
+    clight : float
+        The speed of light in the encounter's velocity unit (G = 1); > 0 switches on the
+        2.5PN term between black holes and general-relativistic black-hole mergers in
+        encounters with two or more black holes ("ar" only; CMC-COSMIC's PN25 with
+        BH_CAPTURE); 0 (default): Newtonian.
     """
 
     integrator: Literal["ar", "ias15"] = "ar"
@@ -160,6 +180,7 @@ class EncounterSettings:
     kmax: int = 12
     merger_radius_factor: float = 1.0
     energy_tol: float = 1e-3
+    clight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.integrator not in ("ar", "ias15"):
@@ -177,6 +198,8 @@ class EncounterSettings:
             raise ValueError(f"kmax must be in 3..{fi.KMAX}, got {self.kmax}")
         if self.max_steps < 1 or self.classify_every < 1:
             raise ValueError("max_steps and classify_every must be >= 1")
+        if not (math.isfinite(self.clight) and self.clight >= 0):
+            raise ValueError(f"clight must be >= 0 and finite, got {self.clight}")
 
 
 def critical_velocity(obj1: StarObject, obj2: StarObject) -> float:
@@ -211,6 +234,11 @@ class InitialState:
     v_inf, b, r_start, r_peri : float
         Relative speed at infinity, impact parameter, starting separation, two-body pericentre
         of the incoming objects' centres of mass.
+    is_bh : ndarray of int64, shape (n,)
+        1 for a black hole.
+    recoil_uniforms : ndarray
+        Uniforms in (0, 1) for the recoil angles of black-hole mergers, in order (drawn only
+        for encounters with the 2.5PN term; see :data:`physics.fewbody.RECOIL_DRAWS`).
     """
 
     x: np.ndarray
@@ -224,6 +252,18 @@ class InitialState:
     b: float
     r_start: float
     r_peri: float
+    is_bh: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    recoil_uniforms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if self.is_bh.size == 0:
+            self.is_bh = np.zeros(self.m.size, dtype=np.int64)
+
+    @property
+    def post_newtonian(self) -> bool:
+        """Whether the encounter has two or more black holes (the 2.5PN term then acts,
+        with :attr:`EncounterSettings.clight`)."""
+        return int(np.count_nonzero(self.is_bh)) >= 2
 
     @property
     def energy(self) -> float:

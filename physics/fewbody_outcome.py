@@ -121,7 +121,15 @@ class Outcome:
         the cluster).
     de_merger : float
         Energy change in mergers (total energy just after minus just before; the pair's
-        relative kinetic energy is lost and its mutual potential energy removed).
+        relative kinetic energy is lost and its mutual potential energy removed; a black-hole
+        merger with the 2.5PN term also the mass it radiates and its recoil).
+    de_gw : float
+        Energy change by the 2.5PN term (what gravitational waves took during the
+        integration; <= 0): the total energy at the end is the initial one plus
+        ``de_merger + de_gw``.
+    n_gw_mergers : int
+        Mergers of two black holes with the 2.5PN term (mass loss and recoil as general
+        relativity has them).
     de_rel, dl_rel : float
         Energy error relative to the initial internal binding energy |E_b|; angular momentum
         error relative to the initial binaries' internal angular momentum.
@@ -155,6 +163,8 @@ class Outcome:
     n_binaries_in: int
     n_binaries_out: int
     initial: InitialState | None = None
+    de_gw: float = 0.0
+    n_gw_mergers: int = 0
 
     def binaries(self) -> list[Product]:
         """Every binary among the products (including inner binaries of triples)."""
@@ -242,7 +252,8 @@ def _internal_angular_momentum(state: InitialState) -> float:
 
 
 def _finish(state: InitialState, status: int, n: int, x, v, m, rad, members, tree, istats,
-            t_end: float, de_merge: float, settings: EncounterSettings, scales) -> Outcome:
+            t_end: float, de_merge: float, settings: EncounterSettings, scales,
+            de_gw: float = 0.0, dl_gw: np.ndarray | None = None) -> Outcome:
     """Decode the kernels' hierarchy into an :class:`Outcome` (physical units)."""
     scale_m, scale_l, scale_v, scale_t = scales
     tx, tv, tm, ta, te, ch, top, n_nodes, n_top = tree
@@ -257,7 +268,7 @@ def _finish(state: InitialState, status: int, n: int, x, v, m, rad, members, tre
     e_end = fi.kinetic_energy(v, m, n) - fi.potential_energy(x, m, n)
     e0 = state.energy / (scale_m * scale_v ** 2)
     e_bind = abs(sum(o.binding_energy for o in state.objects)) / (scale_m * scale_v ** 2)
-    de_rel = abs(e_end - e0 - de_merge) / e_bind
+    de_rel = abs(e_end - e0 - de_merge - de_gw) / e_bind
     l0 = np.empty(3)
     l1 = np.empty(3)
     xs = state.x / scale_l
@@ -266,6 +277,8 @@ def _finish(state: InitialState, status: int, n: int, x, v, m, rad, members, tre
     fi.angular_momentum(xs, vs, ms, ms.size, l0)
     fi.angular_momentum(x, v, m, n, l1)
     l_int = _internal_angular_momentum(state) / (scale_m * scale_l * scale_v)
+    if dl_gw is not None:  # what the 2.5PN term took
+        l1 = l1 - dl_gw
     dl_rel = float(np.linalg.norm(l1 - l0)) / l_int if n_mergers == 0 else 0.0
     e_int_in = sum(o.binding_energy for o in state.objects)
     e_int_out = sum(p.internal_energy for p in products)
@@ -284,6 +297,8 @@ def _finish(state: InitialState, status: int, n: int, x, v, m, rad, members, tre
         status=STATUS_NAMES[status], kind=kind, valid=valid, reason=reason, products=products,
         hierarchy=" ".join(p.notation() for p in products),
         de_internal=float(e_int_out - e_int_in), de_merger=float(de_merge * scale_m * scale_v ** 2),
+        de_gw=float(de_gw * scale_m * scale_v ** 2),
+        n_gw_mergers=int(istats[fk.IST_GW_MERGERS]),
         de_rel=float(de_rel), dl_rel=float(dl_rel), t_end=float(t_phys),
         t_end_periods=float(t_phys / period), n_steps=int(istats[fk.IST_STEPS]),
         n_rejected=int(istats[fk.IST_REJECTED]), n_forces=int(istats[fk.IST_FORCES]),

@@ -131,24 +131,28 @@ def test_collisions_and_radius_factors_are_mapped(tmp_path):
 
 
 def test_bh_capture_is_mapped(tmp_path):
-    """BH_CAPTURE maps to binaries.bh_capture; CMC-COSMIC evaluates it only in its
-    single-single branch (SS_COLLISION = 1): with SS_COLLISION = 0 it is listed as ignored;
-    without stellar evolution it is not honoured, with the reason."""
+    """BH_CAPTURE maps to binaries.bh_capture and binaries.pn25 (CMC-COSMIC turns the 2.5PN
+    term in encounters on with it); it evaluates the capture only in its single-single branch
+    (SS_COLLISION = 1): with SS_COLLISION = 0 only pn25 is set (nothing is ignored: that is
+    CMC-COSMIC's run); without stellar evolution it is not honoured, with the reason."""
     conv = convert_cmc_ini(DATA)  # the King example: SS_COLLISION = 1, BH_CAPTURE = 1
-    assert ("BH_CAPTURE", "binaries.bh_capture = true") in conv.mapped
-    assert load_config(text=conv.ini()).binaries.bh_capture
+    assert ("BH_CAPTURE", "binaries.bh_capture = true, binaries.pn25 = true") in conv.mapped
+    cfg = load_config(text=conv.ini())
+    assert cfg.binaries.bh_capture and cfg.binaries.pn25
     ini = tmp_path / "p.ini"
     ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 1\nSS_COLLISION = 0\nBH_CAPTURE = 1\n")
     conv = convert_cmc_ini(ini)
-    assert conv.not_honoured == [] and "SS_COLLISION = 1" in dict(
-        (p, why) for p, _, why in conv.ignored)["BH_CAPTURE"]
-    assert not load_config(text=conv.ini()).binaries.bh_capture
+    assert conv.not_honoured == [] and "BH_CAPTURE" not in dict(
+        (p, why) for p, _, why in conv.ignored)
+    assert ("BH_CAPTURE", "binaries.pn25 = true") in conv.mapped
+    cfg = load_config(text=conv.ini())
+    assert not cfg.binaries.bh_capture and cfg.binaries.pn25
     ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 0\nSS_COLLISION = 1\nBH_CAPTURE = 1\n")
     listed = {p: why for p, _, why in convert_cmc_ini(ini).not_honoured}
     assert "bse.stellar_evolution" in listed["BH_CAPTURE"]
     ini.write_text("[cmc]\nSTELLAR_EVOLUTION = 1\nSS_COLLISION = 1\nBH_CAPTURE = 0\n")
     conv = convert_cmc_ini(ini)
-    assert ("BH_CAPTURE", "binaries.bh_capture = false") in conv.mapped
+    assert ("BH_CAPTURE", "binaries.bh_capture = false, binaries.pn25 = false") in conv.mapped
     assert not load_config(text=conv.ini()).binaries.bh_capture
 
 

@@ -130,7 +130,8 @@ def _encounter(t: dict, products: list[fewbody.Product], merge_stars=None, merge
     for p, d in zip(products, dirs, strict=False):
         p.v_inf = d
     out = SimpleNamespace(valid=True, reason="", products=products, exchanges=0,
-                          n_binaries_in=1, n_binaries_out=1, mergers=mergers, de_merger=0.0)
+                          n_binaries_in=1, n_binaries_out=1, mergers=mergers, de_merger=0.0,
+                          de_gw=0.0, n_gw_mergers=0)
     ev._encounter(blk, SINGLE, 1.1, state, 0.4, out, _counts(), radius_unit, merge_stars)
     return blk
 

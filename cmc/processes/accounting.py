@@ -43,7 +43,7 @@ class Accounting(Process):
     changes = "the run state's energy columns, counters, time and step; the diagnostics row"
     energy = ("E_escaped", "E_binding_escaped", "E_stripped", "E_encounters", "E_three_body",
               "E_taken", "E_oops", "E_slots", "E_ejected", "E_mergers", "E_integrator",
-              "E_se_mass", "E_se_kicks", "E_se_binding", "E_gw_capture")
+              "E_se_mass", "E_se_kicks", "E_se_binding", "E_gw_capture", "E_gw_encounters")
 
     def __init__(self, sim: Simulation) -> None:
         super().__init__(sim)
@@ -100,6 +100,8 @@ class Accounting(Process):
         st.e_mergers += ev["e_mergers"]
         st.e_integrator += ev["e_integrator"]
         st.e_gw_capture += ev["e_gw_capture"]
+        st.e_gw_encounters += ev["e_gw_encounters"]
+        st.m_gw += ev["m_gw"]
         n_p1 = red[-1]
         self._n_p1 += int(n_p1)
         if self._n_p1 and (not self._p1_warned
@@ -135,6 +137,8 @@ class Accounting(Process):
             extra["n_collisions"] = ev["n_collisions"]
         if sim.phys.bh_capture:
             extra["n_bh_captures"] = ev["n_bh_captures"]
+        if sim.phys.settings.clight > 0.0:
+            extra["n_gw_mergers"] = ev["n_gw_mergers"]
         d = diagnostics_row(sim, record=True, extra=extra, kinetic=float(red[0]),
                             binaries=(float(red[9]), float(red[10])),
                             central_v2=float(central_v2), structure=structure)

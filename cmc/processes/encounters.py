@@ -34,12 +34,14 @@ class BinaryEvents(Process):
              "10 uniforms (its initial state and the spin of its frame) or a three-body "
              "formation's 7 (two azimuths, hardness, e, direction); a collision of two single "
              "stars none, two single black holes with binaries.bh_capture one (the impact "
-             "parameter)")
+             "parameter); an encounter with two or more black holes and binaries.pn25 3 more "
+             "after its 10 (the recoil angles of black-hole mergers)")
     energy = ("E_encounters", "E_three_body", "E_taken", "E_oops", "E_slots", "E_ejected",
-              "E_mergers", "E_integrator", "E_gw_capture")
+              "E_mergers", "E_integrator", "E_gw_capture", "E_gw_encounters")
     counters = ("n_binary_single", "n_binary_binary", "n_three_body", "n_exchanges",
                 "n_ionisations", "n_mergers", "n_triples", "n_wide_broken",
-                "n_encounters_discarded", "n_ejected", "n_collisions", "n_bh_captures")
+                "n_encounters_discarded", "n_ejected", "n_collisions", "n_bh_captures",
+                "n_gw_mergers")
     wait_after = True
 
     def run(self, work: StepWork) -> None:

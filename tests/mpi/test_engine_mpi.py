@@ -209,6 +209,35 @@ def test_bh_capture_equals_serial_emulation(world, monkeypatch):
     assert n_cap >= 3
 
 
+def test_pn25_equals_serial_emulation(world, monkeypatch):
+    """The 2.5PN term in encounters among the black holes of test_bh_capture's cluster
+    (tests/test_pn25.py: the encounters' speed of light cut so that they radiate), 140
+    steps: the P-rank run equals its serial emulation bit for bit (stars, every diagnostics
+    column, E_gw_encounters among them; the recoil draws in the block sub-streams)."""
+    from tests.test_bh_capture import black_hole_plan
+    from tests.test_pn25 import PN_STEPS, pn_config, slow_pn_light
+
+    monkeypatch.chdir(tempfile.mkdtemp(prefix="cmc-mpi-pn-"))  # evolv2's fort.99
+    p = world.size
+    cfg = pn_config()
+    plan = black_hole_plan(cfg, p) if world.rank == 0 else None
+    plan = world.bcast(plan, root=0)
+
+    def prepare(sim):
+        slow_pn_light(sim, plan)
+
+    par, par_diag, ser, ser_diag = _run_and_emulation(world, PN_STEPS, prepare, prepare,
+                                                      n=2000, extra=tuple(cfg))
+    verdict = None
+    if world.rank == 0:
+        same, rel = _compare(par, par_diag, ser, ser_diag)
+        verdict = (same, rel, float(par_diag["E_gw_encounters"][-1]))
+    same, rel, e_gw = world.bcast(verdict, root=0)
+    assert all(same.values()), {k: v for k, v in same.items() if not v}
+    assert not rel, f"diagnostics differ: {rel}"
+    assert e_gw < 0.0
+
+
 @pytest.mark.parametrize("sign,binaries", [(1, 0.2), (-1, 0.0)])
 def test_shared_orbit_blocks_equal_serial_emulation(world, sign, binaries):
     """Neighbouring ranks compute each other's orbit blocks (run.orbit_balance; the shifts
