@@ -31,6 +31,7 @@ def analyse(run: Path) -> dict:
     with _open(run / "diagnostics.h5") as f:
         d = {k: f[k][...] for k in ("time_myr", "time_trh", "n_collisions", "r_c", "r_h",
                                      "N_core", "E_deficit", "M_se", "N", "dE_rel")}
+        census = {k: float(f[k][-1]) for k in ("N_bh", "N_ns", "M_bh") if k in f}
     with _open(run / "checkpoint.h5") as f:
         s = f["stars"]
         m = s["m_msun"][...]
@@ -51,7 +52,7 @@ def analyse(run: Path) -> dict:
         "t_rh0_myr": float(t[-1] / d["time_trh"][-1]) if d["time_trh"][-1] > 0 else 0.0,
         "n_collisions": int(cum[-1]),
         "collisions_by_myr": {f"{x:g}": int(cum[np.searchsorted(t, x) - 1])
-                              for x in (1, 2, 3, 3.5, 4) if x <= t[-1]},
+                              for x in (1, 2, 2.8, 3, 3.5, 4, 5, 6, 8, 10) if x <= t[-1]},
         "core_collapse": {"t_myr": float(t[i_min]), "t_trh0": float(d["time_trh"][i_min]),
                           "r_c_over_r_h": float(ratio[i_min]),
                           "N_core": float(d["N_core"][i_min])},
@@ -60,6 +61,8 @@ def analyse(run: Path) -> dict:
         "checkpoint_step": step,
         "heaviest_now": [{"id": int(ids[i]), "m_msun": float(m[i]), "startype": int(k[i]),
                           "zams_msun": float(zams[i])} for i in top],
+        "heaviest_bh_msun": float(m[k == 14].max()) if np.any(k == 14) else 0.0,
+        "census_end": census,
         "heaviest_initial_msun": float(m0.max()), "M_cluster0_msun": float(m0.sum()),
         "N0": int(m0.size),
     }
