@@ -189,6 +189,32 @@ def _scaled_error(ya, yb, n, t0):
 
 
 @njit(cache=True)
+def _extrapolate(tab, k, seq, ny, n, t, tol, errs, ynew, err):
+    """Row ``k`` of the Gragg-Bulirsch-Stoer tableau from its leapfrog result ``tab[k, 0]``
+    (Neville's scheme in h^2), and its error against row ``k - 1`` relative to ``tol``.
+
+    Returns ``(verdict, err)``: -1 the error is not finite, 1 it is within ``tol`` (the
+    extrapolated state in ``ynew``), 0 go on to the next row (``err`` as given for row 0).
+    """
+    for j in range(1, k + 1):
+        ratio = seq[k] / seq[k - j]
+        den = ratio * ratio - 1.0
+        for q in range(ny):
+            tab[k, j, q] = tab[k, j - 1, q] + (tab[k, j - 1, q] - tab[k - 1, j - 1, q]) / den
+    if k < 1:
+        return 0, err
+    err = _scaled_error(tab[k, k], tab[k, k - 1], n, t) / tol
+    errs[k] = err
+    if not np.isfinite(err):
+        return -1, err
+    if err <= 1.0:
+        for q in range(ny):
+            ynew[q] = tab[k, k, q]
+        return 1, err
+    return 0, err
+
+
+@njit(cache=True)
 def bs_step(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v, acc, tab, ynew, errs):
     """One Gragg-Bulirsch-Stoer step of the logarithmic-Hamiltonian leapfrog.
 
@@ -238,20 +264,11 @@ def bs_step(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v, acc, tab, 
         if dt < 0.0:
             return 0, np.inf, forces
         _pack(ws_x, ws_v, t + dt, n, tab[k, 0])
-        for j in range(1, k + 1):
-            ratio = seq[k] / seq[k - j]
-            den = ratio * ratio - 1.0
-            for q in range(ny):
-                tab[k, j, q] = tab[k, j - 1, q] + (tab[k, j - 1, q] - tab[k - 1, j - 1, q]) / den
-        if k >= 1:
-            err = _scaled_error(tab[k, k], tab[k, k - 1], n, t) / tol
-            errs[k] = err
-            if not np.isfinite(err):
-                return 0, np.inf, forces
-            if err <= 1.0:
-                for q in range(ny):
-                    ynew[q] = tab[k, k, q]
-                return k + 1, err, forces
+        verdict, err = _extrapolate(tab, k, seq, ny, n, t, tol, errs, ynew, err)
+        if verdict < 0:
+            return 0, np.inf, forces
+        if verdict > 0:
+            return k + 1, err, forces
     return 0, err, forces
 
 
@@ -468,18 +485,9 @@ def bs_step_pn(x, v, t, m, n, bconst, hstep, tol, kmax, seq, ws_x, ws_v, ws_w, a
         if dt < 0.0:
             return 0, np.inf, forces
         _pack_pn(ws_x, ws_v, ws_w, t + dt, out_b[0], out_b[1:4], n, tab[k, 0])
-        for j in range(1, k + 1):
-            ratio = seq[k] / seq[k - j]
-            den = ratio * ratio - 1.0
-            for q in range(ny):
-                tab[k, j, q] = tab[k, j - 1, q] + (tab[k, j - 1, q] - tab[k - 1, j - 1, q]) / den
-        if k >= 1:
-            err = _scaled_error(tab[k, k], tab[k, k - 1], n, t) / tol
-            errs[k] = err
-            if not np.isfinite(err):
-                return 0, np.inf, forces
-            if err <= 1.0:
-                for q in range(ny):
-                    ynew[q] = tab[k, k, q]
-                return k + 1, err, forces
+        verdict, err = _extrapolate(tab, k, seq, ny, n, t, tol, errs, ynew, err)
+        if verdict < 0:
+            return 0, np.inf, forces
+        if verdict > 0:
+            return k + 1, err, forces
     return 0, err, forces
