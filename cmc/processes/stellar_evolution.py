@@ -39,6 +39,7 @@ from parallel.rng import fill_uniform
 from physics import encounters as enc
 from physics import stellar_evolution as se
 from physics.binaries import binding_energy
+from physics.stellar_mergers import merge_pair
 
 if TYPE_CHECKING:
     from cmc.simulation import Simulation
@@ -552,7 +553,7 @@ def start_stellar_evolution(stars: dict[str, np.ndarray], cfg, info: dict) -> No
 class MergeRule:
     """``BinaryPhysics.merge_stars`` of a run with stellar evolution: the product of two stars
     that touch in a few-body encounter, made by BSE
-    (:func:`physics.stellar_evolution.merge_pair`) at the start of the step from the parts'
+    (:func:`physics.stellar_mergers.merge_pair`) at the start of the step from the parts'
     member dicts (:mod:`physics.encounter_events`).  A merger draws nothing from the streams
     (BSE's seed is a function of the parts' masses).  A kick BSE gives the product (a
     supernova during the merger) is left out and logged: the product is evolved again in the
@@ -570,7 +571,7 @@ class MergeRule:
         seed = 1 + int(np.bitwise_xor.reduce(bits) % np.uint64(_SEED_SPAN))
         q = {name: np.array([float(p[name]) for p in parts]) for name in se.MEMBER_QUANTITIES}
         with bse_watchdog():
-            out = se.merge_pair(np.array([int(p["startype"]) for p in parts], dtype=np.int32),
+            out = merge_pair(np.array([int(p["startype"]) for p in parts], dtype=np.int32),
                                 np.array([float(p["m_msun"]) for p in parts]),
                                 np.array([float(p["rad"]) for p in parts]), q, t,
                                 sim.state.metallicity, seed, sim.cfg.bse.pts1_highmass_cutoff)
