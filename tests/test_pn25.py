@@ -374,8 +374,9 @@ def test_a_run_with_the_term_keeps_its_books(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("emulate", [0, 3])
 def test_restart_with_the_term_is_bit_for_bit(tmp_path, monkeypatch, emulate):
-    """The black-hole cluster with the term, stopped at step 70 (checkpoint) and continued to
-    140, equals the uninterrupted run: every star column and the last diagnostics row."""
+    """The black-hole cluster with the term (and GW captures), stopped at step 70 (checkpoint)
+    and continued to 140, equals the uninterrupted run: every star column and the last
+    diagnostics row; captures and radiating encounters happen on both sides of the stop."""
     from cmc.config import load_config
     from cmc.simulation import Simulation
     from parallel.comm import SerialComm
@@ -404,6 +405,8 @@ def test_restart_with_the_term_is_bit_for_bit(tmp_path, monkeypatch, emulate):
     for _ in range(PN_STEPS - PN_STEPS // 2):
         again.step()
     assert whole.history["E_gw_encounters"][-1] < 0.0
+    caps = np.asarray(whole.history["n_bh_captures"])
+    assert caps[:PN_STEPS // 2].sum() >= 3 and caps[PN_STEPS // 2 + 1:].sum() >= 3
     a, b = whole.gather_stars(), again.gather_stars()
     assert sorted(a) == sorted(b)
     for k in a:
