@@ -356,7 +356,7 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
         e_tot -= st.e_se_mass + st.e_se_kicks + st.e_se_binding
     if sim.phys.bh_capture:
         e_tot -= st.e_gw_capture
-    if sim.phys.settings.clight > 0.0:
+    if sim.phys.pn25:
         e_tot -= st.e_gw_encounters
     f_bin_core = 0.0
     if s.has_binary_fields:
@@ -403,7 +403,7 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
     if sim.phys.bh_capture:
         d["E_gw_capture"] = st.e_gw_capture
         base["n_bh_captures"] = 0.0
-    if sim.phys.settings.clight > 0.0:
+    if sim.phys.pn25:
         d["E_gw_encounters"] = st.e_gw_encounters
         d["M_gw"] = st.m_gw
         base["n_gw_mergers"] = 0.0

@@ -152,6 +152,12 @@ class BinaryPhysics:
     bh_capture: bool = False
     clight: float = 0.0
 
+    @property
+    def pn25(self) -> bool:
+        """Whether encounters with two or more black holes have the 2.5PN term (the
+        encounter settings carry a speed of light)."""
+        return self.settings.clight > 0.0
+
 
 # ------------------------------------------------------------------------ geometry helpers
 def pair_velocities(vr_i: float, vt_i: float, vr_j: float, vt_j: float, phi: float

@@ -54,6 +54,13 @@ EXPAND_FACTOR = 10.0
 
 
 @njit(cache=True)
+def _cross(a, b):
+    """``a x b`` of two 3-vectors."""
+    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2],
+                     a[0] * b[1] - a[1] * b[0]])
+
+
+@njit(cache=True)
 def _recoil(x, v, i, j, kick, u):
     """The recoil velocity (3,) of the merger of bodies ``i`` and ``j``: speed ``kick`` in
     their orbital plane at the angle ``2 pi u`` from their relative velocity (as CMC-COSMIC's
@@ -69,19 +76,15 @@ def _recoil(x, v, i, j, kick, u):
     if ny == 0.0 or kick == 0.0:
         return out
     y /= ny
-    z = np.array([r[1] * y[2] - r[2] * y[1], r[2] * y[0] - r[0] * y[2],
-                  r[0] * y[1] - r[1] * y[0]])
+    z = _cross(r, y)
     nz = np.sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2])
     if nz == 0.0:  # head on: any direction normal to y
-        k = np.argmin(np.abs(y))
         e = np.zeros(3)
-        e[k] = 1.0
-        z = np.array([y[1] * e[2] - y[2] * e[1], y[2] * e[0] - y[0] * e[2],
-                      y[0] * e[1] - y[1] * e[0]])
+        e[np.argmin(np.abs(y))] = 1.0
+        z = _cross(y, e)
         nz = np.sqrt(z[0] * z[0] + z[1] * z[1] + z[2] * z[2])
     z /= nz
-    xa = np.array([y[1] * z[2] - y[2] * z[1], y[2] * z[0] - y[0] * z[2],
-                   y[0] * z[1] - y[1] * z[0]])
+    xa = _cross(y, z)
     th = 2.0 * np.pi * u
     for c in range(3):
         out[c] = kick * (np.cos(th) * xa[c] + np.sin(th) * y[c])

@@ -380,7 +380,7 @@ def test_restart_with_the_term_is_bit_for_bit(tmp_path, monkeypatch, emulate):
     from cmc.config import load_config
     from cmc.simulation import Simulation
     from parallel.comm import SerialComm
-    from tests.test_bh_capture import black_hole_plan, black_holes_with_slow_light
+    from tests.test_bh_capture import black_hole_plan
 
     monkeypatch.chdir(tmp_path)
     cfg = [*pn_config(), f"run.emulate_ranks={emulate}"]
@@ -397,11 +397,7 @@ def test_restart_with_the_term_is_bit_for_bit(tmp_path, monkeypatch, emulate):
         half.step()
     half.write_checkpoint()
     again = Simulation.from_checkpoint(tmp_path / "b" / "checkpoint.h5", SerialComm())
-    import dataclasses  # the slow light again (the plan is in the stars already)
-
-    black_holes_with_slow_light(again, {})
-    again.phys = dataclasses.replace(again.phys, settings=dataclasses.replace(
-        again.phys.settings, clight=again.phys.settings.clight * PN_SLOW_LIGHT))
+    slow_pn_light(again, {})  # the slow light again (the plan is in the stars already)
     for _ in range(PN_STEPS - PN_STEPS // 2):
         again.step()
     assert whole.history["E_gw_encounters"][-1] < 0.0
@@ -413,3 +409,27 @@ def test_restart_with_the_term_is_bit_for_bit(tmp_path, monkeypatch, emulate):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     for k, col in whole.history.items():
         assert np.asarray(col[-1]).tobytes() == np.asarray(again.history[k][-1]).tobytes(), k
+
+
+def test_recoil_lies_in_the_orbital_plane_at_the_drawn_angle():
+    """The recoil of a merger (fewbody_kernels._recoil): its speed is the kick's, it lies in
+    the pair's orbital plane (normal to r x v), at the angle theta = 2 pi u: cos(theta) along
+    v_rel x L, sin(theta) along v_rel (CMC-COSMIC's fb_merge); a head-on pair
+    (no angular momentum) gets the same split with any normal to its relative velocity."""
+    from physics.fewbody_kernels import _recoil
+
+    x = np.array([[0.0, 0.0, 0.0], [1.0, 0.2, -0.1]])
+    v = np.array([[0.1, 0.0, 0.3], [-0.2, 0.5, 0.1]])
+    r, w = x[1] - x[0], v[1] - v[0]
+    ell = np.cross(r, w)
+    for u in (0.0, 0.25, 0.6):
+        dv = _recoil(x, v, 0, 1, 0.01, u)
+        assert np.linalg.norm(dv) == pytest.approx(0.01, rel=1e-12)
+        assert abs(dv @ ell) < 1e-14 * np.linalg.norm(ell)
+        y = w / np.linalg.norm(w)
+        assert dv @ y == pytest.approx(0.01 * math.sin(2 * math.pi * u), abs=1e-14)
+    head_on = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    dv = _recoil(head_on, np.array([[0.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]), 0, 1, 0.01, 0.3)
+    assert np.linalg.norm(dv) == pytest.approx(0.01, rel=1e-12)
+    assert -dv[0] == pytest.approx(0.01 * math.sin(2 * math.pi * 0.3), abs=1e-15)
+    assert not np.any(_recoil(x, v, 0, 1, 0.0, 0.3))

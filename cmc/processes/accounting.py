@@ -137,7 +137,7 @@ class Accounting(Process):
             extra["n_collisions"] = ev["n_collisions"]
         if sim.phys.bh_capture:
             extra["n_bh_captures"] = ev["n_bh_captures"]
-        if sim.phys.settings.clight > 0.0:
+        if sim.phys.pn25:
             extra["n_gw_mergers"] = ev["n_gw_mergers"]
         d = diagnostics_row(sim, record=True, extra=extra, kinetic=float(red[0]),
                             binaries=(float(red[9]), float(red[10])),
