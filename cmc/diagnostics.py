@@ -62,6 +62,8 @@ DIAG_UNITS = {
     "M_gw": "M0",
     "N_bh": "stars", "N_ns": "stars", "N_wd": "stars", "N_bh_binaries": "binaries",
     "N_bbh": "binaries", "M_bh": "Msun",
+    "zone_level": "1", "n_stepped": "objects per step",
+    **{f"zone_rows_{z}": "objects" for z in range(15)},
 }
 #: A step shorter than this fraction of the central crossing time is warned about (once): an
 #: equal-mass Plummer model keeps dt_tcross > 1.1 up to its core collapse (N_core = 100), a
@@ -97,6 +99,12 @@ DIAG_MEANINGS = {
                     "loss and transfer, tides, kicks, disruptions, mergers)",
     "M_se": "mass taken by stellar evolution (winds, supernovae, mergers)",
     "n_se_evolved": "objects evolved by BSE in the step (the others were not due)",
+    "zone_level": "time-step zones (run.zones > 1): the highest zone due in the step (zone "
+                  "z's step is 2^z dt)",
+    "n_stepped": "time-step zones: objects relaxed and given new orbits in the step (the "
+                 "due zones)",
+    **{f"zone_rows_{z}": f"time-step zones: objects in zones 0 to {z} (the innermost, by "
+                         "radius) at the step's start" for z in range(15)},
     "n_supernovae": "supernovae in the step", "n_se_disrupted": "binaries disrupted by "
     "stellar evolution (supernova kicks) in the step", "n_se_mergers": "binaries whose "
     "members merged in BSE in the step", "n_se_destroyed": "objects that left no remnant "
@@ -398,6 +406,9 @@ def diagnostics_row(sim: Simulation, record: bool = True, extra: dict | None = N
         d.update(zip(REMNANT_COLUMNS, ranked_sum(sim.comm, remnant_sums(sim)).tolist(),
                      strict=True))
         base.update(dict.fromkeys(SE_COUNTS, 0.0))
+    if sim.cfg.run.zones > 1:
+        base.update({"zone_level": 0.0, "n_stepped": 0.0,
+                     **{f"zone_rows_{z}": 0.0 for z in range(sim.cfg.run.zones - 1)}})
     if sim.phys.ss_collision:
         base["n_collisions"] = 0.0
     if sim.phys.bh_capture:

@@ -87,25 +87,39 @@ SE_BINARY_FIELDS: tuple[Field, ...] = tuple(
     Field(member_field(q, j), "float64", unit, f"{meaning} of the {('first', 'second')[j - 1]} "
           "member") for j in (1, 2) for q, (unit, meaning) in MEMBER_QUANTITIES.items())
 
+#: The clock of radial time-step zones (``run.zones`` > 1), present exactly in runs with them:
+#: a star that is not due keeps its orbit, and when it is due its relaxation covers the time
+#: since its own last step (so a star that moves between zones is relaxed for the time that
+#: passed, neither twice nor never).  NaN: an object made since the last step (its products'
+#: clock starts at the end of the step that made it).
+ZONE_FIELDS: tuple[Field, ...] = (
+    Field("t_last", "float64", "t_rel", "time to which the star's relaxation has been applied "
+          "(the end of its last step; runs with time-step zones)", default=float("nan")),
+)
+
 FIELD_BY_NAME: dict[str, Field] = {f.name: f for f in STAR_FIELDS + BINARY_FIELDS + SE_FIELDS
-                                   + SE_BINARY_FIELDS}
+                                   + SE_BINARY_FIELDS + ZONE_FIELDS}
 SAVED_FIELDS: tuple[str, ...] = tuple(f.name for f in STAR_FIELDS if f.saved)
 BINARY_NAMES: tuple[str, ...] = tuple(f.name for f in BINARY_FIELDS)
 SE_NAMES: tuple[str, ...] = tuple(f.name for f in SE_FIELDS)
 SE_BINARY_NAMES: tuple[str, ...] = tuple(f.name for f in SE_BINARY_FIELDS)
+ZONE_NAMES: tuple[str, ...] = tuple(f.name for f in ZONE_FIELDS)
 
 
-def table_fields(binaries: bool, stellar_evolution: bool = False) -> tuple[Field, ...]:
-    """Every column of a star table: the star fields, and the binary and stellar-evolution
-    fields in runs that have them."""
+def table_fields(binaries: bool, stellar_evolution: bool = False, zones: bool = False
+                 ) -> tuple[Field, ...]:
+    """Every column of a star table: the star fields, and the binary, stellar-evolution and
+    time-step-zone fields in runs that have them."""
     return (STAR_FIELDS + (BINARY_FIELDS if binaries else ())
             + (SE_FIELDS if stellar_evolution else ())
-            + (SE_BINARY_FIELDS if binaries and stellar_evolution else ()))
+            + (SE_BINARY_FIELDS if binaries and stellar_evolution else ())
+            + (ZONE_FIELDS if zones else ()))
 
 
-def saved_names(binaries: bool, stellar_evolution: bool = False) -> tuple[str, ...]:
+def saved_names(binaries: bool, stellar_evolution: bool = False, zones: bool = False
+                ) -> tuple[str, ...]:
     """The columns written to snapshots and checkpoints."""
-    return tuple(f.name for f in table_fields(binaries, stellar_evolution) if f.saved)
+    return tuple(f.name for f in table_fields(binaries, stellar_evolution, zones) if f.saved)
 
 
 def record_dtype() -> np.dtype:

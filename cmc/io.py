@@ -30,6 +30,7 @@ from cmc.fields import (
     SAVED_FIELDS,
     SE_BINARY_FIELDS,
     SE_FIELDS,
+    ZONE_FIELDS,
 )
 
 #: Layout version of every file this module writes.  2: checkpoints carry a checksum and no
@@ -138,7 +139,8 @@ def write_star_group(group: h5py.Group, stars: dict[str, np.ndarray]) -> None:
     """
     n = len(stars["r"])
     se = "se_tphys" in stars
-    for name in SAVED_FIELDS + (tuple(f.name for f in SE_FIELDS) if se else ()):
+    for name in SAVED_FIELDS + (tuple(f.name for f in SE_FIELDS) if se else ()) \
+            + tuple(f.name for f in ZONE_FIELDS if f.name in stars):
         f = FIELD_BY_NAME[name]
         data = stars[name] if name in stars else np.full(n, f.default)
         ds = group.create_dataset(name, data=np.asarray(data, dtype=f.dtype))
@@ -181,6 +183,12 @@ def read_star_group(group: h5py.Group) -> dict[str, np.ndarray]:
             if f.name not in group or group[f.name].shape != (n,):
                 raise InputError(f"{group.file.filename}: stellar-evolution column "
                                  f"{f.name!r} is missing or has the wrong shape")
+            out[f.name] = group[f.name][...].astype(f.dtype)
+    for f in ZONE_FIELDS:  # a run with time-step zones
+        if f.name in group:
+            if group[f.name].shape != (n,):
+                raise InputError(f"{group.file.filename}: column {f.name!r} has shape "
+                                 f"{group[f.name].shape}, expected ({n},)")
             out[f.name] = group[f.name][...].astype(f.dtype)
     if "binaries" in group.parent:
         bg = group.parent["binaries"]

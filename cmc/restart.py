@@ -10,11 +10,13 @@ from cmc.config import Config
 from cmc.errors import InputError
 from cmc.state import RunState
 
-#: Parameters that define what a run is; a restart cannot change them.  Of [bse], all but the
+#: Parameters that define what a run is; a restart cannot change them (``run.zones``: the
+#: stars' clocks and the diagnostics' zone columns exist from the start).  Of [bse], all but the
 #: accuracy controls of the time steps (:data:`cmc.bse_config.CHANGEABLE_ON_RESTART`): the
 #: switch ``bse.stellar_evolution`` (the star table's fields depend on it) and every BSE flag
 #: (the stellar physics of the model).
-FIXED_ON_RESTART = ("initial.*", "run.gamma", "run.coulomb_n", "run.emulate_ranks", "tidal.*",
+FIXED_ON_RESTART = ("initial.*", "run.gamma", "run.coulomb_n", "run.emulate_ranks", "run.zones",
+                    "tidal.*",
                     "output.lagrange_fractions",
                     *(f"bse.{f.name}" for f in fields(BseConfig)
                       if f.name not in CHANGEABLE_ON_RESTART))

@@ -67,7 +67,9 @@ class Simulation:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self.stars = stars
+        #: (with run.zones > 1 the table carries the zones' clock, started at the run's time
+        #: where the checkpoint had none)
+        self.stars = stars.with_zone_fields(cfg.run.zones > 1, state.time)
         self.state = state
         self.streams = streams
         self.outdir = Path(outdir) if outdir is not None else None

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from cmc.fields import BINARY_NAMES, FIELD_BY_NAME, saved_names, table_fields
+from cmc.fields import BINARY_NAMES, FIELD_BY_NAME, ZONE_NAMES, saved_names, table_fields
 
 
 class StarTable:
@@ -15,7 +15,8 @@ class StarTable:
     Attributes are the field names of :data:`cmc.fields.STAR_FIELDS` (``stars.r`` etc.) and,
     in runs with binaries, of :data:`cmc.fields.BINARY_FIELDS` (present when any of them is
     given; then all are), and with stellar evolution of :data:`cmc.fields.SE_FIELDS` (present
-    when ``se_tphys`` is given; with binaries also :data:`cmc.fields.SE_BINARY_FIELDS`).
+    when ``se_tphys`` is given; with binaries also :data:`cmc.fields.SE_BINARY_FIELDS`), and
+    with time-step zones of :data:`cmc.fields.ZONE_FIELDS` (present when ``t_last`` is given).
     """
 
     __slots__ = ("_data",)
@@ -24,7 +25,7 @@ class StarTable:
         n = None
         clean: dict[str, np.ndarray] = {}
         with_binaries = any(name in data for name in BINARY_NAMES)
-        for f in table_fields(with_binaries, "se_tphys" in data):
+        for f in table_fields(with_binaries, "se_tphys" in data, ZONE_NAMES[0] in data):
             if f.name in data:
                 arr = np.ascontiguousarray(data[f.name], dtype=f.dtype)
             else:
@@ -43,11 +44,11 @@ class StarTable:
         object.__setattr__(self, "_data", clean)
 
     @classmethod
-    def empty(cls, n: int, binaries: bool = False, stellar_evolution: bool = False
-              ) -> StarTable:
+    def empty(cls, n: int, binaries: bool = False, stellar_evolution: bool = False,
+              zones: bool = False) -> StarTable:
         """Table of ``n`` stars with every field at its default."""
         return cls({f.name: np.full(n, f.default, dtype=f.dtype)
-                    for f in table_fields(binaries, stellar_evolution)})
+                    for f in table_fields(binaries, stellar_evolution, zones)})
 
     @property
     def has_binary_fields(self) -> bool:
@@ -58,6 +59,23 @@ class StarTable:
     def has_se_fields(self) -> bool:
         """Whether the table carries the stellar-evolution columns (stellar evolution on)."""
         return "se_tphys" in self._data
+
+    @property
+    def has_zone_fields(self) -> bool:
+        """Whether the table carries the time-step zones' clock (``run.zones`` > 1)."""
+        return ZONE_NAMES[0] in self._data
+
+    def with_zone_fields(self, on: bool, time: float) -> StarTable:
+        """This table with the zones' clock (``t_last = time`` where it is new) when ``on``,
+        without it otherwise (the same table when nothing changes)."""
+        if on == self.has_zone_fields:
+            return self
+        data = dict(self._data)
+        if on:
+            data[ZONE_NAMES[0]] = np.full(len(self), time)
+        else:
+            del data[ZONE_NAMES[0]]
+        return StarTable(data)
 
     def __len__(self) -> int:
         return len(self._data["id"])
@@ -90,7 +108,7 @@ class StarTable:
 
     def saved_dict(self) -> dict[str, np.ndarray]:
         """The fields written to snapshots and checkpoints (with the binary columns if any)."""
-        names = saved_names(self.has_binary_fields, self.has_se_fields)
+        names = saved_names(self.has_binary_fields, self.has_se_fields, self.has_zone_fields)
         return {k: self._data[k] for k in names}
 
     def take(self, index: np.ndarray) -> StarTable:

@@ -53,7 +53,7 @@ def _heaviest_first(m, i):
 
 @njit(cache=True, parallel=True)
 def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta_min,
-                      neighbours, formed, block_stats, tb_stats):
+                      neighbours, formed, block_stats, tb_stats, dt_ratio=None):
     """Triplets of single stars that form a binary this step.
 
     Triplet ``t`` of block ``b`` is rows ``20 b + 3 t .. 20 b + 3 t + 2``.  A triplet whose
@@ -82,6 +82,9 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
         (3-D) and mean mass (what the formation uses).
     tb_stats : ndarray, shape (nblocks, 2)
         Out per block: eligible triplets, sum of their probabilities.
+    dt_ratio : ndarray, optional
+        Time-step zones: each row's own step over the step's; a triplet's probability
+        takes ``dt_nb`` times the mean of its three rows' ratios.  None: ``dt_nb``.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -110,6 +113,8 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
             h1, h2, h3 = _heaviest_first(m, i)
             dens = local_number_density(r_all, offset + h1, n0, neighbours) * n0
             p = three_body_rate(dens, vrel, m[h1], m[h2], m[h3], eta_min) * dt_nb * per_star
+            if dt_ratio is not None:
+                p *= (dt_ratio[i] + dt_ratio[i + 1] + dt_ratio[i + 2]) / 3.0
             n_el += 1.0
             p_sum += p
             if taus_uniform(states, b) < p:

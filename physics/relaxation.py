@@ -162,6 +162,50 @@ def window_min_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio, width
     return best
 
 
+@njit(cache=True)
+def _note_below(t, wdx, limits, last):
+    """Time-step zones: ``last[z] = max(last[z], wdx)`` for each limit ``z`` that window
+    ``wdx``'s time ``t`` is below (NaN counts as below)."""
+    for z in range(limits.shape[0]):
+        if not t >= limits[z] and wdx > last[z]:
+            last[z] = wdx
+
+
+@njit(cache=True)
+def window_last_below_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio, width,
+                             limits, last):
+    """Time-step zones: for each of ``limits`` (relaxation times), the largest global index
+    of the windows wholly in the local blocks (as :func:`window_min_inside`) whose
+    :func:`window_relaxation_times` value is below it, into ``last`` (left as it is where
+    none is).  The same operations as the whole-array function: any split over ranks gives
+    the same windows and times."""
+    end = block0 + moments.shape[0]
+    wdx = (block0 + width - 1) // width
+    while wdx * width < end and min(nb_total, (wdx + 1) * width) <= end:
+        b0 = wdx * width
+        t = _window_time(r_all, moments, b0 - block0, min(nb_total, b0 + width) - block0,
+                         b0 * BIN, n0, coulomb_ratio)
+        _note_below(t, wdx, limits, last)
+        wdx += 1
+
+
+@njit(cache=True)
+def window_last_below_straddling(r_all, rows, n0, coulomb_ratio, width, limits, last):
+    """:func:`window_last_below_inside` for the windows made of the gathered boundary
+    ``rows`` (as :func:`window_min_straddling`)."""
+    n = rows.shape[0]
+    mom = np.ascontiguousarray(rows[:, 1:5])
+    i = 0
+    while i < n:
+        wdx = int(rows[i, 0]) // width
+        j = i + 1
+        while j < n and int(rows[j, 0]) // width == wdx:
+            j += 1
+        _note_below(_window_time(r_all, mom, i, j, wdx * width * BIN, n0, coulomb_ratio),
+                    wdx, limits, last)
+        i = j
+
+
 def window_boundary_rows(moments: np.ndarray, block0: int, nb_total: int,
                          width: int) -> np.ndarray:
     """The local blocks whose window does not lie wholly in the local blocks, as rows
@@ -332,7 +376,8 @@ def _relax_pair(r_all, g, m, vr, vt, i, j, phi, psi, dt, n0, coulomb_ratio):
 
 
 @njit(cache=True, parallel=True)
-def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_stats):
+def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_stats,
+                dt_ratio=None):
     """Apply one representative encounter to each radial-neighbour pair (in place).
 
     Pairs are local stars (2i, 2i+1) inside each 20-star block, so a pair never straddles a
@@ -358,6 +403,10 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
         ``ln(gamma N) / ln(gamma N0)``.
     beta_stats : ndarray, shape (nblocks, 2)
         Output per block: sum of beta, number of pairs with beta capped at pi/2.
+    dt_ratio : ndarray, optional
+        Time-step zones: each row's own step over ``dt`` (the time since its last step); a
+        pair is relaxed for ``dt`` times the mean of its two rows' ratios.  None (the
+        default): every pair for ``dt``.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -369,7 +418,10 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
         for i in range(i0, i1 - 1, 2):
             phi = 2.0 * np.pi * taus_uniform(states, b)
             psi = 2.0 * np.pi * taus_uniform(states, b)
-            beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, i + 1, phi, psi, dt,
+            dtp = dt
+            if dt_ratio is not None:
+                dtp = dt * (0.5 * (dt_ratio[i] + dt_ratio[i + 1]))
+            beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, i + 1, phi, psi, dtp,
                                     n0, coulomb_ratio)
             if beta >= 0.0:
                 bsum += beta
@@ -404,7 +456,7 @@ def _selected(u, p, k, phi, w, encounter, enc_phi, enc_w):
 def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, states, dt, n0,
                           coulomb_ratio, dt_nb, x_bs, x_bb, bs_on, bb_on, beta_stats,
                           encounter, enc_phi, enc_w, p_stats, coll_rad=None, is_bh=None,
-                          clight=0.0):
+                          clight=0.0, dt_ratio=None):
     """:func:`relax_pairs` for a cluster with binaries: a pair holding a binary may instead
     have a strong encounter (the paper's section 2, CMC's ``dynamics_apply``).
 
@@ -450,6 +502,9 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
         capture.
     clight : float
         The speed of light [N-body velocity]; 0 (the default): no capture.
+    dt_ratio : ndarray, optional
+        Time-step zones (:func:`relax_pairs`): a pair's relaxation and its encounter
+        probability take ``dt`` and ``dt_nb`` times the mean of its rows' ratios.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -467,6 +522,11 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
             encounter[k] = False
             phi = 2.0 * np.pi * taus_uniform(states, b)
             psi = 2.0 * np.pi * taus_uniform(states, b)
+            dtp = dt
+            f = 1.0
+            if dt_ratio is not None:
+                f = 0.5 * (dt_ratio[i] + dt_ratio[j])
+                dtp = dt * f
             if is_binary[i] or is_binary[j]:
                 n_bin_pairs += 1.0
                 u = taus_uniform(states, b)
@@ -485,6 +545,8 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
                         rp = x_bs * (bin_a[i] if is_binary[i] else bin_a[j])
                     dens = local_number_density(r_all, offset + i, n0) * n0
                     p = dens * w * strong_encounter_cross_section(rp, m[i] + m[j], w) * dt_nb
+                    if dt_ratio is not None:
+                        p *= f
                     n_p1, p_max = _tally(p, n_p1, p_max)
                     if _selected(u, p, k, phi, w, encounter, enc_phi, enc_w):
                         continue
@@ -511,10 +573,12 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
                             if s_cap > s:
                                 s = s_cap
                         p = dens * w * s * dt_nb
+                        if dt_ratio is not None:
+                            p *= f
                         n_p1, p_max = _tally(p, n_p1, p_max)
                         if _selected(u, p, k, phi, w, encounter, enc_phi, enc_w):
                             continue
-            beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, j, phi, psi, dt, n0,
+            beta, cap = _relax_pair(r_all, offset + i, m, vr, vt, i, j, phi, psi, dtp, n0,
                                     coulomb_ratio)
             if beta >= 0.0:
                 bsum += beta

@@ -21,6 +21,7 @@ from cmc.diagnostics import (
     structure_sums,
 )
 from cmc.processes.base import Process, StepWork
+from cmc.processes.zones import zone_columns
 from parallel.comm import ranked_sum
 from physics import encounters as enc
 
@@ -124,15 +125,19 @@ class Accounting(Process):
         st.step += 1
         # every rank knows the step's escapers from the reduction: gather only when some left
         sim.escapers.gather(int(round(red[3] + n_strip + ev["n_ejected"])))
-        extra = {"dt": work.dt, "trials_per_star": red[4] / max(sim.n_total, 1),
+        zones = sim.cfg.run.zones
+        stepped = work.n_stepped if zones > 1 else sim.n_total  # (before this step's sort)
+        extra = {"dt": work.dt, "trials_per_star": red[4] / max(stepped, 1),
                  "bound_violations": red[5],
-                 "beta_mean": red[6] / max(sim.n_total // 2, 1), "beta_capped": red[7],
+                 "beta_mean": red[6] / max(stepped // 2, 1), "beta_capped": red[7],
                  "n_escaped_step": red[3], "n_stripped_step": n_strip,
                  "T_bs": work.t_bs, "T_bb": work.t_bb,
                  "n_binary_pairs": red[-2], "n_p_over_1": n_p1,
                  **{k: ev[k] for k in EVENT_COUNTS}}
         if sim.stars.has_se_fields:
             extra.update({k: se_step[k] for k in SE_COUNTS})
+        if zones > 1:
+            extra.update(zone_columns(work, zones))
         if sim.phys.ss_collision:
             extra["n_collisions"] = ev["n_collisions"]
         if sim.phys.bh_capture:

@@ -48,7 +48,8 @@ class NewOrbits(Process):
     changes = ("work.r_new, vr_new, vt_new, phi_oo, phi_on, r_apo, status, counters; the "
                "blocks' stream states (written back)")
     draws = ("block sub-stream, after the binary events': per row in block order, the "
-             "rejection sampling's pairs of uniforms (new radius) and the sign of v_r")
+             "rejection sampling's pairs of uniforms (new radius) and the sign of v_r (with "
+             "run.zones > 1, only the rows due)")
     counters = ("trials_per_star", "bound_violations")
     wait_after = True
 
@@ -64,10 +65,25 @@ class NewOrbits(Process):
         work.phi_oo = np.empty(n)
         work.phi_on = np.empty(n)
         work.r_apo = np.empty(n)
-        sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx, work.block_start, stars.m,
-                   stars.vr, stars.vt, work.states, float(sim.state.r_tidal), r_new,
-                   work.vr_new, work.vt_new, work.phi_oo, work.phi_on, work.status,
-                   work.counters, work.r_apo)
+        if work.due_rows is None:
+            sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx, work.block_start,
+                       stars.m, stars.vr, stars.vt, work.states, float(sim.state.r_tidal),
+                       r_new, work.vr_new, work.vt_new, work.phi_oo, work.phi_on,
+                       work.status, work.counters, work.r_apo)
+        else:  # time-step zones: the due blocks (their rows now: events and stellar
+            # evolution may have added or removed some); the others keep radius and velocities
+            nbd = work.due_blocks
+            due = int(work.block_start[nbd])
+            sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx[:due],
+                       work.block_start[:nbd + 1], stars.m[:due], stars.vr[:due],
+                       stars.vt[:due], work.states[:nbd], float(sim.state.r_tidal),
+                       r_new[:due], work.vr_new[:due], work.vt_new[:due], work.phi_oo[:due],
+                       work.phi_on[:due], work.status[:due], work.counters[:nbd],
+                       work.r_apo[:due])
+            r_new[due:] = sim.r_all[work.gidx[due:]]
+            work.phi_oo[due:] = 0.0  # (their old potential at the same radius: no change)
+            work.phi_on[due:] = 0.0
+            work.r_apo[due:] = 0.0  # (not tested against the tidal radius until due)
         sim.streams.states[work.rows, work.subs] = work.states
         removed = work.status == ORBIT_REMOVED
         if removed.any():  # the kernel left their outputs undefined; r is the sort's key

@@ -11,6 +11,7 @@ import numpy as np
 
 from cmc.diagnostics import CENTRAL_STARS, central_means, structure_sums
 from cmc.processes.base import Process, StepWork
+from cmc.processes.zones import plan_zones
 from cmc.state import StopRun
 from parallel.comm import allgatherv_array, ranked_sum
 from parallel.decomposition import MIN_CHUNK, rank_bounds
@@ -45,13 +46,18 @@ class TimeStep(Process):
     timer = "timestep"
     reads = ("radii, masses, speeds; the central binaries; the last step's dt, stripped mass "
              "and mass taken by stellar evolution")
-    changes = "work.dt, coulomb_ratio, t_bs, t_bb, binary_limited"
+    changes = ("work.dt, coulomb_ratio, t_bs, t_bb, binary_limited; with run.zones > 1 the "
+               "zones (work.zone_rows, zone_level, n_stepped, due_rows, dt_ratio) and the due "
+               "rows' t_last")
     draws = ""
 
     def __init__(self, sim: Simulation) -> None:
         super().__init__(sim)
         #: ((N, window width in blocks), every rank's row count of the time step's gather)
         self._window_rows: tuple = (None, None)
+        #: the last window_min's (moments, first block, blocks in all, gathered boundary rows
+        #: or None): what the zones' plan reads
+        self._scan: tuple = ()
 
     def run(self, work: StepWork) -> None:
         sim = self.sim
@@ -65,6 +71,7 @@ class TimeStep(Process):
         tmin = self.window_min(coulomb_ratio)
         dt = (2.0 * cfg.theta_max / math.pi) ** 2 * tmin
         t_bs = t_bb = math.inf
+        centre_fixed = False  # binaries or collisions of the central objects limit the step
         binary_limited = False  # the binary time scales, not relaxation, set the step
         if sim.stars.has_binary_fields:
             t_bs, t_bb = self.binary_timescales()
@@ -72,11 +79,14 @@ class TimeStep(Process):
             b = sim.cfg.binaries
             dt_bin = min(b.dt_fraction_bs * t_bs * to_rel, b.dt_fraction_bb * t_bb * to_rel)
             binary_limited = dt_bin < dt
+            centre_fixed = binary_limited
             dt = min(dt, dt_bin)
         if sim.phys.ss_collision and sim.phys.radius_unit > 0.0:
             # CMC's collision limit: 0.005 of the central single stars' collision time
             t_coll = self.collision_timescale()
-            dt = min(dt, sim.cfg.binaries.dt_fraction_coll * t_coll * st.lnl0 / st.n0)
+            dt_coll = sim.cfg.binaries.dt_fraction_coll * t_coll * st.lnl0 / st.n0
+            centre_fixed = centre_fixed or dt_coll < dt
+            dt = min(dt, dt_coll)
         if st.dt_prev > 0.0:
             dt = min(dt, cfg.dt_growth_max * st.dt_prev)
         dt = tidal_mass_loss_timestep(dt, st.dt_prev, st.dm_tidal_prev, st.m0,
@@ -89,6 +99,8 @@ class TimeStep(Process):
             raise StopRun("time step is not finite (too few stars?)")
         work.dt, work.coulomb_ratio = dt, coulomb_ratio
         work.t_bs, work.t_bb, work.binary_limited = t_bs, t_bb, binary_limited
+        if cfg.zones > 1:
+            plan_zones(sim, work, self._scan, centre_fixed)
 
     def window_min(self, coulomb_ratio: float) -> float:
         """The smallest relaxation time of the time-step windows (``run.dt_window`` stars),
@@ -107,6 +119,7 @@ class TimeStep(Process):
         width = sim.cfg.run.dt_window // MIN_CHUNK
         moments = block_moments(stars.m, stars.vr, stars.vt, n0)
         if sim.size == 1:
+            self._scan = (moments, 0, moments.shape[0], None)
             tb = window_relaxation_times(sim.r_all, moments, n0, coulomb_ratio, width)
             return float(tb.min()) if tb.size else np.inf
         block0 = sim.offset // MIN_CHUNK
@@ -125,6 +138,7 @@ class TimeStep(Process):
         rows = allgatherv_array(sim.comm, rows, rows=self._window_rows[1])
         mins = rows[rows[:, 0] < 0.0, 1]
         edge = np.ascontiguousarray(rows[rows[:, 0] >= 0.0])
+        self._scan = (moments, block0, nb_total, edge)
         return float(np.min(np.append(mins, window_min_straddling(
             sim.r_all, edge, n0, coulomb_ratio, width))))
 

@@ -1,0 +1,207 @@
+"""Radial time-step zones (run.zones; cmc/processes/zones.py): the levels, the window scans
+against their whole-array twin, the kernels' per-row steps, and runs: energy, which stars are
+stepped, the stars' clocks, restart and emulation bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cmc.config import load_config
+from cmc.processes.zones import due_level
+from cmc.simulation import Simulation
+from parallel.comm import SerialComm
+from parallel.decomposition import MIN_CHUNK
+from parallel.streams import Streams
+from physics.relaxation import (
+    block_moments,
+    relax_or_select_pairs,
+    relax_pairs,
+    window_boundary_rows,
+    window_last_below_inside,
+    window_last_below_straddling,
+    window_relaxation_times,
+)
+
+
+def test_due_level_is_the_trailing_zeros_of_the_step():
+    """Level z is due every 2^z steps, all of them in step 0; at most zones - 1."""
+    assert [due_level(k, 4) for k in range(17)] == [3, 0, 1, 0, 2, 0, 1, 0, 3, 0, 1, 0, 2,
+                                                    0, 1, 0, 3]
+    assert [due_level(k, 1) for k in range(5)] == [0] * 5
+    assert due_level(1 << 20, 16) == 15
+
+
+def _cluster(n: int, seed: int = 4) -> tuple:
+    rng = np.random.default_rng(seed)
+    r = np.sort(rng.uniform(0.01, 5.0, n) ** 2)
+    m = rng.uniform(0.5, 1.5, n) / n
+    vr, vt = rng.normal(size=n), np.abs(rng.normal(size=n))
+    return r, m, vr, vt
+
+
+@pytest.mark.parametrize("cuts", [(), (37,), (5, 6, 60, 61), (3, 50, 99)])
+def test_window_scan_split_over_ranks_equals_the_whole_array_twin(cuts):
+    """For each limit, the last window whose relaxation time is below it: the local scans of
+    any split into rank ranges (windows wholly inside plus those built from the gathered
+    boundary rows) give numpy's answer on window_relaxation_times of all blocks."""
+    n = 2000
+    r, m, vr, vt = _cluster(n)
+    n0, cr, width = float(n), 1.0, 2
+    moments = block_moments(m, vr, vt, n0)
+    nb = moments.shape[0]
+    times = window_relaxation_times(r, moments, n0, cr, width)
+    limits = np.quantile(times, [0.05, 0.3, 0.7, 0.95])
+    want = np.array([np.flatnonzero(times < lim).max() for lim in limits])
+    bounds = [0, *cuts, nb]
+    last = np.full(limits.size, -1, dtype=np.int64)
+    edges = []
+    for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True):
+        window_last_below_inside(r, np.ascontiguousarray(moments[b0:b1]), b0, nb, n0, cr,
+                                 width, limits, last)
+        edges.append(window_boundary_rows(np.ascontiguousarray(moments[b0:b1]), b0, nb,
+                                          width))
+    window_last_below_straddling(r, np.ascontiguousarray(np.vstack(edges)), n0, cr, width,
+                                 limits, last)
+    np.testing.assert_array_equal(last, want)
+
+
+def test_kernels_with_unit_ratios_equal_the_shared_step():
+    """relax_pairs and relax_or_select_pairs with every row's ratio 1 give the shared step's
+    bits; with ratio 2 everywhere they give the bits of a step twice as long."""
+    n = 400
+    r, m, vr, vt = _cluster(n)
+    nb = n // MIN_CHUNK
+    st0 = Streams.create(9, 1, nb, first_stream=0).states[0].copy()
+
+    def relaxed(dt, ratio):
+        a, b, s = vr.copy(), vt.copy(), st0.copy()
+        stats = np.zeros((nb, 2))
+        relax_pairs(r, 0, m, a, b, s, dt, float(n), 1.0, stats, ratio)
+        return a, b, s
+
+    for got, want in zip(relaxed(1e-3, np.ones(n)), relaxed(1e-3, None), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(relaxed(1e-3, np.full(n, 2.0)), relaxed(2e-3, None), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # with binaries: the encounter probability scales too (the same pairs meet at 2 dt)
+    is_bin = np.zeros(n, dtype=np.bool_)
+    is_bin[::3] = True
+    bin_a = np.full(n, 0.05)
+
+    def selected(dt, ratio):
+        a, b, s = vr.copy(), vt.copy(), st0.copy()
+        enc = np.zeros(n // 2 + 1, dtype=np.bool_)
+        phi, w = np.zeros(n // 2 + 1), np.zeros(n // 2 + 1)
+        relax_or_select_pairs(r, 0, m, a, b, bin_a, is_bin, np.zeros(n, dtype=np.bool_), s,
+                              dt, float(n), 1.0, dt * 3e4, 2.0, 2.0, True, True,
+                              np.zeros((nb, 2)), enc, phi, w, np.zeros((nb, 3)), None, None,
+                              0.0, ratio)
+        return a, b, s, enc, phi, w
+
+    for got, want in zip(selected(1e-3, np.ones(n)), selected(1e-3, None), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(selected(1e-3, np.full(n, 2.0)), selected(2e-3, None), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert selected(2e-3, None)[3].sum() >= 3
+
+
+def _sim(zones: int, n: int = 2000, emulate: int = 0, extra: tuple = ()) -> Simulation:
+    return Simulation.create(load_config(None, [
+        f"initial.n={n}", "initial.seed=7", f"run.zones={zones}", "run.n_core_stop=0",
+        f"run.emulate_ranks={emulate}", *extra]), SerialComm())
+
+
+def test_a_run_with_zones_steps_the_inner_stars_and_conserves_energy():
+    """Plummer N = 2000, 4 zones, 24 steps: every level comes due on its own cadence (all
+    stars in steps 0, 8, 16); in the other steps the stars outside the due zones keep their
+    radius and velocities exactly (they are not stepped), the due ones all move, and each
+    star's clock is the end of its last step; E_tot is conserved to rounding."""
+    sim = _sim(4)
+    levels, stepped = [], []
+    for k in range(24):
+        before = sim.gather_stars()
+        t0 = sim.state.time
+        d = sim.step()
+        after = sim.gather_stars()
+        levels.append(int(d["zone_level"]))
+        stepped.append(int(d["n_stepped"]))
+        rows = [int(d[f"zone_rows_{z}"]) for z in range(3)]
+        assert rows == sorted(rows) and rows[0] >= MIN_CHUNK
+        assert stepped[-1] == (sim.n_total if levels[-1] == 3 else rows[levels[-1]])
+        # the stars by id: the first n_stepped rows before the step were due
+        stay = np.isin(before["id"], after["id"])  # (not the escapers)
+        before = {key: v[stay] for key, v in before.items()}
+        order = np.argsort(after["id"])
+        row_after = order[np.searchsorted(after["id"], before["id"], sorter=order)]
+        due = np.flatnonzero(stay) < stepped[-1]
+        for key in ("r", "vr", "vt"):
+            frozen_same = before[key][~due] == after[key][row_after[~due]]
+            if key == "r":
+                assert frozen_same.all(), k
+                assert np.mean(before[key][due] != after[key][row_after[due]]) > 0.99
+        # (the frozen stars' speeds change only by the energy correction's potential
+        # change at their radius, which is exactly zero there: the same radius)
+        assert np.all(after["t_last"][row_after[due]] == sim.state.time)
+        assert np.all(after["t_last"][row_after[~due]] <= t0)
+    assert levels == [due_level(k, 4) for k in range(24)]
+    assert min(stepped) < sim.n_total // 2  # the zones do leave stars out
+    assert abs(sim.history["dE_rel"][-1]) < 1e-12
+
+
+def test_zones_one_is_the_shared_step():
+    """run.zones = 1: no clock column, no zone columns, and the steps of a run without the
+    key (the code path is the shared step's)."""
+    a, b = _sim(1), Simulation.create(load_config(None, [
+        "initial.n=2000", "initial.seed=7", "run.n_core_stop=0"]), SerialComm())
+    for _ in range(5):
+        a.step()
+        b.step()
+    assert not a.stars.has_zone_fields and "zone_level" not in a.history
+    for key in ("r", "vr", "vt", "id"):
+        np.testing.assert_array_equal(getattr(a.stars, key), getattr(b.stars, key))
+
+
+@pytest.fixture
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("emulate", [0, 3])
+def test_restart_with_zones_is_bit_for_bit(tmp_path, _in_tmp, emulate):
+    """Stopped at step 11 (inside a cycle of 8) and restarted to 20 with 4 zones and 10 %
+    binaries (encounters in the due zones): stars (with their clocks), streams and every
+    diagnostics column equal the uninterrupted run's, and E_tot is conserved."""
+    from tests.test_engine import _stopped_and_restarted
+
+    ini = ("[initial]\nn = 1500\nseed = 5\nbinary_fraction = 0.1\n[run]\nzones = 4\n"
+           f"n_core_stop = 0\nemulate_ranks = {emulate}\n[output]\ncheckpoint_every = 3\n")
+    (sa, _, da), (sb, _, db) = _stopped_and_restarted(tmp_path, ini, 11, 20)
+    assert "t_last" in sa
+    for k in set(da) | set(db):
+        np.testing.assert_array_equal(da[k], db[k], err_msg=k)
+    assert da["n_stepped"].min() < 1500
+    # energy to rounding with products that add rows inside due blocks (broken wide
+    # binaries, exchanges: the orbits then take the due blocks' rows, not the step's start's)
+    assert np.abs(da["dE_rel"]).max() < 1e-12
+    assert (da["n_wide_broken"] + da["n_binary_single"] + da["n_binary_binary"]).sum() >= 2
+
+
+def test_zones_cannot_change_on_restart(tmp_path, _in_tmp):
+    """run.zones defines the run (the clocks, the zone columns): a restart that changes it is
+    refused by name, one that repeats it is not."""
+    from cmc.cli import main
+    from cmc.errors import InputError
+
+    ini = tmp_path / "m.ini"
+    ini.write_text("[initial]\nn = 1000\nseed = 5\n[run]\nn_core_stop = 0\nzones = 3\n")
+    out = tmp_path / "a"
+    assert main(["run", str(ini), "-o", str(out), "--set", "run.max_steps=3"]) == 0
+    with pytest.raises(InputError, match="run.zones: cannot change on restart"):
+        Simulation.from_checkpoint(out / "checkpoint.h5", SerialComm(),
+                                   ["run.zones=4", "run.max_steps=9"])
+    sim = Simulation.from_checkpoint(out / "checkpoint.h5", SerialComm(),
+                                     ["run.zones=3", "run.max_steps=9"])
+    assert sim.stars.has_zone_fields and np.all(sim.stars.t_last <= sim.state.time)
+    d = sim.step()
+    assert d["zone_level"] == 0 and d["n_stepped"] < 1000  # step 3: the innermost level
