@@ -87,14 +87,17 @@ SE_BINARY_FIELDS: tuple[Field, ...] = tuple(
     Field(member_field(q, j), "float64", unit, f"{meaning} of the {('first', 'second')[j - 1]} "
           "member") for j in (1, 2) for q, (unit, meaning) in MEMBER_QUANTITIES.items())
 
-#: The clock of radial time-step zones (``run.zones`` > 1), present exactly in runs with them:
-#: a star that is not due keeps its orbit, and when it is due its relaxation covers the time
-#: since its own last step (so a star that moves between zones is relaxed for the time that
-#: passed, neither twice nor never).  NaN: an object made since the last step (its products'
-#: clock starts at the end of the step that made it).
+#: Radial time-step zones (``run.zones`` > 1; :mod:`cmc.processes.zones`), present exactly in
+#: runs with them: each star's zone (set from its orbit's pericentre at each of its steps, so
+#: that when it is due does not depend on where on its orbit it was drawn) and its clock (its
+#: relaxation covers the time since its own last step, so a star that changes zones is
+#: relaxed for the time that passed, neither twice nor never).  New objects (products) have
+#: zone 0 (due at once) and a NaN clock (started at the end of the step that made them).
 ZONE_FIELDS: tuple[Field, ...] = (
+    Field("zone", "int32", "", "time-step zone: the star is stepped in the steps whose number "
+          "is a multiple of 2^zone (runs with time-step zones)"),
     Field("t_last", "float64", "t_rel", "time to which the star's relaxation has been applied "
-          "(the end of its last step; runs with time-step zones)", default=float("nan")),
+          "(runs with time-step zones)", default=float("nan")),
 )
 
 FIELD_BY_NAME: dict[str, Field] = {f.name: f for f in STAR_FIELDS + BINARY_FIELDS + SE_FIELDS

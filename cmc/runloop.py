@@ -126,6 +126,9 @@ def run(sim: Simulation) -> str:
                              f" r_t={d.get('r_tidal', 0):.4g}")
                 if "M_se" in d:  # stellar evolution: mass it took, objects evolved
                     tidal += f" M_se={d['M_se']:.4g} evolved={d.get('n_se_evolved', 0):.0f}"
+                if "n_stepped" in d:  # time-step zones: the stars stepped, the level due
+                    tidal += (f" stepped={d['n_stepped']:.0f}"
+                              f" (zones 0-{d.get('zone_level', 0):.0f})")
                 log.info("step %d t=%.4f t_rh0 (%.4g Myr) dt=%.3e N=%d r_c=%.4g r_h=%.4g "
                          "N_core=%.1f dE/E0=%.2e%s", step, d.get("time_trh", 0),
                          d.get("time_myr", 0), d.get("dt", 0), d.get("N", 0),

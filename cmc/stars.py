@@ -25,7 +25,7 @@ class StarTable:
         n = None
         clean: dict[str, np.ndarray] = {}
         with_binaries = any(name in data for name in BINARY_NAMES)
-        for f in table_fields(with_binaries, "se_tphys" in data, ZONE_NAMES[0] in data):
+        for f in table_fields(with_binaries, "se_tphys" in data, "t_last" in data):
             if f.name in data:
                 arr = np.ascontiguousarray(data[f.name], dtype=f.dtype)
             else:
@@ -63,18 +63,20 @@ class StarTable:
     @property
     def has_zone_fields(self) -> bool:
         """Whether the table carries the time-step zones' clock (``run.zones`` > 1)."""
-        return ZONE_NAMES[0] in self._data
+        return "t_last" in self._data
 
     def with_zone_fields(self, on: bool, time: float) -> StarTable:
-        """This table with the zones' clock (``t_last = time`` where it is new) when ``on``,
-        without it otherwise (the same table when nothing changes)."""
+        """This table with the zones' fields (new: clocks at ``time``, every star in zone 0)
+        when ``on``, without them otherwise (the same table when nothing changes)."""
         if on == self.has_zone_fields:
             return self
         data = dict(self._data)
         if on:
-            data[ZONE_NAMES[0]] = np.full(len(self), time)
+            data["t_last"] = np.full(len(self), time)
+            data["zone"] = np.zeros(len(self), dtype=np.int32)
         else:
-            del data[ZONE_NAMES[0]]
+            for name in ZONE_NAMES:
+                del data[name]
         return StarTable(data)
 
     def __len__(self) -> int:

@@ -53,7 +53,7 @@ def _heaviest_first(m, i):
 
 @njit(cache=True, parallel=True)
 def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta_min,
-                      neighbours, formed, block_stats, tb_stats, dt_ratio=None):
+                      neighbours, formed, block_stats, tb_stats, dt_ratio=None, due=None):
     """Triplets of single stars that form a binary this step.
 
     Triplet ``t`` of block ``b`` is rows ``20 b + 3 t .. 20 b + 3 t + 2``.  A triplet whose
@@ -85,6 +85,8 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
     dt_ratio : ndarray, optional
         Time-step zones: each row's own step over the step's; a triplet's probability
         takes ``dt_nb`` times the mean of its three rows' ratios.  None: ``dt_nb``.
+    due : ndarray of bool, optional
+        Time-step zones: a triplet with none of its rows due is skipped.  None: none is.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -108,6 +110,9 @@ def select_three_body(r_all, offset, m, vr, vt, eligible, states, n0, dt_nb, eta
             i = i0 + 3 * t
             if i + 2 >= i1 or not (eligible[i] and eligible[i + 1] and eligible[i + 2]):
                 continue
+            if due is not None:
+                if not (due[i] or due[i + 1] or due[i + 2]):
+                    continue
             if vrel <= 0.0:
                 continue
             h1, h2, h3 = _heaviest_first(m, i)

@@ -377,7 +377,7 @@ def _relax_pair(r_all, g, m, vr, vt, i, j, phi, psi, dt, n0, coulomb_ratio):
 
 @njit(cache=True, parallel=True)
 def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_stats,
-                dt_ratio=None):
+                dt_ratio=None, due=None):
     """Apply one representative encounter to each radial-neighbour pair (in place).
 
     Pairs are local stars (2i, 2i+1) inside each 20-star block, so a pair never straddles a
@@ -407,6 +407,9 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
         Time-step zones: each row's own step over ``dt`` (the time since its last step); a
         pair is relaxed for ``dt`` times the mean of its two rows' ratios.  None (the
         default): every pair for ``dt``.
+    due : ndarray of bool, optional
+        Time-step zones: the rows due this step; a pair with neither due is skipped (draws
+        nothing).  None (the default): every pair.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -416,6 +419,9 @@ def relax_pairs(r_all, offset, m, vr, vt, states, dt, n0, coulomb_ratio, beta_st
         bsum = 0.0
         capped = 0.0
         for i in range(i0, i1 - 1, 2):
+            if due is not None:
+                if not (due[i] or due[i + 1]):
+                    continue
             phi = 2.0 * np.pi * taus_uniform(states, b)
             psi = 2.0 * np.pi * taus_uniform(states, b)
             dtp = dt
@@ -456,7 +462,7 @@ def _selected(u, p, k, phi, w, encounter, enc_phi, enc_w):
 def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, states, dt, n0,
                           coulomb_ratio, dt_nb, x_bs, x_bb, bs_on, bb_on, beta_stats,
                           encounter, enc_phi, enc_w, p_stats, coll_rad=None, is_bh=None,
-                          clight=0.0, dt_ratio=None):
+                          clight=0.0, dt_ratio=None, due=None):
     """:func:`relax_pairs` for a cluster with binaries: a pair holding a binary may instead
     have a strong encounter (the paper's section 2, CMC's ``dynamics_apply``).
 
@@ -505,6 +511,8 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
     dt_ratio : ndarray, optional
         Time-step zones (:func:`relax_pairs`): a pair's relaxation and its encounter
         probability take ``dt`` and ``dt_nb`` times the mean of its rows' ratios.
+    due : ndarray of bool, optional
+        Time-step zones (:func:`relax_pairs`): a pair with neither row due is skipped.
     """
     n = m.shape[0]
     nb = states.shape[0]
@@ -520,6 +528,9 @@ def relax_or_select_pairs(r_all, offset, m, vr, vt, bin_a, is_binary, wide, stat
             j = i + 1
             k = i // 2
             encounter[k] = False
+            if due is not None:
+                if not (due[i] or due[j]):
+                    continue
             phi = 2.0 * np.pi * taus_uniform(states, b)
             psi = 2.0 * np.pi * taus_uniform(states, b)
             dtp = dt

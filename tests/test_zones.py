@@ -84,6 +84,23 @@ def test_kernels_with_unit_ratios_equal_the_shared_step():
         np.testing.assert_array_equal(got, want)
     for got, want in zip(relaxed(1e-3, np.full(n, 2.0)), relaxed(2e-3, None), strict=True):
         np.testing.assert_array_equal(got, want)
+    # a due mask: all due = no mask; pairs with no due row keep their velocities and draw
+    # nothing (block 0 none due: its stream and rows untouched; block 1 all due: as unmasked)
+    for due, same_as_unmasked in ((np.ones(n, dtype=np.bool_), True),):
+        a, b, s = vr.copy(), vt.copy(), st0.copy()
+        relax_pairs(r, 0, m, a, b, s, 1e-3, float(n), 1.0, np.zeros((nb, 2)), None, due)
+        for got, want in zip((a, b, s), relaxed(1e-3, None), strict=True):
+            np.testing.assert_array_equal(got, want)
+    due = np.ones(n, dtype=np.bool_)
+    due[:MIN_CHUNK] = False
+    due[2 * MIN_CHUNK + 1::2] = False  # block 2 on: one due row per pair
+    a, b, s = vr.copy(), vt.copy(), st0.copy()
+    relax_pairs(r, 0, m, a, b, s, 1e-3, float(n), 1.0, np.zeros((nb, 2)), None, due)
+    ua, ub, us = relaxed(1e-3, None)
+    np.testing.assert_array_equal(s[0], st0[0])
+    np.testing.assert_array_equal(a[:MIN_CHUNK], vr[:MIN_CHUNK])
+    np.testing.assert_array_equal(s[1:], us[1:])
+    np.testing.assert_array_equal(a[MIN_CHUNK:], ua[MIN_CHUNK:])
     # with binaries: the encounter probability scales too (the same pairs meet at 2 dt)
     is_bin = np.zeros(n, dtype=np.bool_)
     is_bin[::3] = True
@@ -112,11 +129,13 @@ def _sim(zones: int, n: int = 2000, emulate: int = 0, extra: tuple = ()) -> Simu
         f"run.emulate_ranks={emulate}", *extra]), SerialComm())
 
 
-def test_a_run_with_zones_steps_the_inner_stars_and_conserves_energy():
+def test_a_run_with_zones_steps_the_due_stars_and_conserves_energy():
     """Plummer N = 2000, 4 zones, 24 steps: every level comes due on its own cadence (all
-    stars in steps 0, 8, 16); in the other steps the stars outside the due zones keep their
-    radius and velocities exactly (they are not stepped), the due ones all move, and each
-    star's clock is the end of its last step; E_tot is conserved to rounding."""
+    stars in steps 0, 8, 16); the stars whose zone is not due keep their radius exactly, the
+    due ones all move; the relaxed stars' clocks move to the step's end; each star drawn gets
+    the zone of its pericentre; E_tot is conserved to rounding."""
+    from cmc.processes.zones import pericentre_zones
+
     sim = _sim(4)
     levels, stepped = [], []
     for k in range(24):
@@ -128,25 +147,44 @@ def test_a_run_with_zones_steps_the_inner_stars_and_conserves_energy():
         stepped.append(int(d["n_stepped"]))
         rows = [int(d[f"zone_rows_{z}"]) for z in range(3)]
         assert rows == sorted(rows) and rows[0] >= MIN_CHUNK
-        assert stepped[-1] == (sim.n_total if levels[-1] == 3 else rows[levels[-1]])
-        # the stars by id: the first n_stepped rows before the step were due
+        due = before["zone"] <= levels[-1]
+        assert stepped[-1] == np.count_nonzero(due)
         stay = np.isin(before["id"], after["id"])  # (not the escapers)
-        before = {key: v[stay] for key, v in before.items()}
         order = np.argsort(after["id"])
-        row_after = order[np.searchsorted(after["id"], before["id"], sorter=order)]
-        due = np.flatnonzero(stay) < stepped[-1]
-        for key in ("r", "vr", "vt"):
-            frozen_same = before[key][~due] == after[key][row_after[~due]]
-            if key == "r":
-                assert frozen_same.all(), k
-                assert np.mean(before[key][due] != after[key][row_after[due]]) > 0.99
-        # (the frozen stars' speeds change only by the energy correction's potential
-        # change at their radius, which is exactly zero there: the same radius)
-        assert np.all(after["t_last"][row_after[due]] == sim.state.time)
-        assert np.all(after["t_last"][row_after[~due]] <= t0)
+        row_after = order[np.searchsorted(after["id"], before["id"][stay], sorter=order)]
+        due = due[stay]
+        assert np.array_equal(before["r"][stay][~due], after["r"][row_after[~due]]), k
+        assert np.mean(before["r"][stay][due] != after["r"][row_after[due]]) > 0.99
+        # every due star was relaxed (in a pair with a due star) but an odd last row
+        assert np.count_nonzero(after["t_last"][row_after[due]] != sim.state.time) <= 1
+        assert np.all(after["t_last"][row_after] <= sim.state.time)
+        assert np.all(after["t_last"][row_after][~due] <= sim.state.time)
+        assert np.count_nonzero(after["t_last"][row_after][~due] > t0) > 0 or due.all()
+        assert np.array_equal(after["zone"][row_after[~due]], before["zone"][stay][~due])
     assert levels == [due_level(k, 4) for k in range(24)]
-    assert min(stepped) < sim.n_total // 2  # the zones do leave stars out
+    assert min(stepped) < sim.n_total  # the zones do leave stars out
     assert abs(sim.history["dE_rel"][-1]) < 1e-12
+
+
+def test_pericentre_zones_counts_the_bounds_inside_the_orbit():
+    """A Kepler orbit about a unit point mass (phi = -1/r) with pericentre 0.3 and apocentre
+    2: bounds at 0.1 and 0.2 are inside its pericentre (zone 2), 0.5 is not; a bound outside
+    the star's radius never counts; a radial orbit (J = 0) reaches every bound (zone 0)."""
+    from cmc.processes.zones import pericentre_zones
+
+    rp, ra = 0.3, 2.0
+    a, e = 0.5 * (rp + ra), (ra - rp) / (ra + rp)
+    energy, jang = -0.5 / a, np.sqrt(a * (1 - e * e))
+    r = np.array([1.0, 1.0, 0.4, 1.0])
+    vt = np.array([jang, jang, jang / 0.4, 0.0])
+    vr = np.sqrt(np.maximum(2 * (energy + 1 / r) - vt ** 2, 0.0))
+    vr[3] = np.sqrt(2 * (energy + 1.0))
+    bounds = np.array([0.1, 0.2, 0.5, 0.35])
+    got = pericentre_zones(r, vr, vt, -1.0 / r, np.sort(bounds)[:3], -1.0 / np.sort(bounds)[:3])
+    assert got.tolist() == [2, 2, 2, 0]
+    got = pericentre_zones(r, vr, vt, -1.0 / r, np.array([0.1, 0.2, 0.29, 0.31]),
+                           -1.0 / np.array([0.1, 0.2, 0.29, 0.31]))
+    assert got.tolist() == [3, 3, 3, 0]
 
 
 def test_zones_one_is_the_shared_step():

@@ -24,15 +24,15 @@ class StepWork:
     t_bs: float = np.inf
     t_bb: float = np.inf
     binary_limited: bool = False
-    #: time-step zones (run.zones > 1): the global rows of the levels up to each z, the
-    #: step's highest due level, the stars stepped (all ranks), the local rows due at the
-    #: step's start (a prefix; None: every row, as without zones) and their blocks, and the
-    #: rows' own steps over dt
+    #: time-step zones (run.zones > 1): the global rows of the levels up to each z and the
+    #: levels' bound radii and potential there, the step's highest due level, the local rows
+    #: due at the step's start (None: every row, as without zones), the objects due (all
+    #: ranks), and each row's time since its last relaxation over dt
     zone_rows: np.ndarray | None = None
+    zone_bounds: tuple | None = None
     zone_level: int = 0
+    due: np.ndarray | None = None
     n_stepped: int = 0
-    due_rows: int | None = None
-    due_blocks: int = 0
     dt_ratio: np.ndarray | None = None
     #: the local blocks' (stream row, sub-stream) and their generator states (nb, 4)
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))

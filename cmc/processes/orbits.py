@@ -14,6 +14,7 @@ import numpy as np
 
 from cmc.errors import InputError
 from cmc.processes.base import Process, StepWork
+from cmc.processes.zones import pericentre_zones
 from parallel.balance import (
     TAG_INPUTS,
     TAG_RESULTS,
@@ -27,6 +28,7 @@ from parallel.comm import allgatherv_array, allreduce_max
 from parallel.decomposition import rank_bounds
 from physics.orbits import (
     LOOKUP_PER_BUCKET,
+    ORBIT_OK,
     ORBIT_REMOVED,
     new_orbits_rows,
     new_orbits_rows_lut,
@@ -46,10 +48,10 @@ class NewOrbits(Process):
     timer = "orbits"
     reads = "the replicated r_all, phi_all, mcum_all; masses, speeds; work.gidx, status"
     changes = ("work.r_new, vr_new, vt_new, phi_oo, phi_on, r_apo, status, counters; the "
-               "blocks' stream states (written back)")
+               "blocks' stream states (written back); with run.zones > 1 the drawn rows' zone")
     draws = ("block sub-stream, after the binary events': per row in block order, the "
              "rejection sampling's pairs of uniforms (new radius) and the sign of v_r (with "
-             "run.zones > 1, only the rows due)")
+             "run.zones > 1, only the rows whose zone is due)")
     counters = ("trials_per_star", "bound_violations")
     wait_after = True
 
@@ -65,25 +67,27 @@ class NewOrbits(Process):
         work.phi_oo = np.empty(n)
         work.phi_on = np.empty(n)
         work.r_apo = np.empty(n)
-        if work.due_rows is None:
-            sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx, work.block_start,
-                       stars.m, stars.vr, stars.vt, work.states, float(sim.state.r_tidal),
-                       r_new, work.vr_new, work.vt_new, work.phi_oo, work.phi_on,
-                       work.status, work.counters, work.r_apo)
-        else:  # time-step zones: the due blocks (their rows now: events and stellar
-            # evolution may have added or removed some); the others keep radius and velocities
-            nbd = work.due_blocks
-            due = int(work.block_start[nbd])
-            sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx[:due],
-                       work.block_start[:nbd + 1], stars.m[:due], stars.vr[:due],
-                       stars.vt[:due], work.states[:nbd], float(sim.state.r_tidal),
-                       r_new[:due], work.vr_new[:due], work.vt_new[:due], work.phi_oo[:due],
-                       work.phi_on[:due], work.status[:due], work.counters[:nbd],
-                       work.r_apo[:due])
-            r_new[due:] = sim.r_all[work.gidx[due:]]
-            work.phi_oo[due:] = 0.0  # (their old potential at the same radius: no change)
-            work.phi_on[due:] = 0.0
-            work.r_apo[due:] = 0.0  # (not tested against the tidal radius until due)
+        frozen = None
+        if work.due is not None:  # time-step zones: the rows whose zone is not due (by the
+            # field: events and stellar evolution may have added or removed rows) keep their
+            # radius and velocities; the kernel skips them as it skips the removed ones
+            frozen = (stars.zone > work.zone_level) & (work.status == ORBIT_OK)
+            work.status[frozen] = ORBIT_REMOVED
+        sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx, work.block_start, stars.m,
+                   stars.vr, stars.vt, work.states, float(sim.state.r_tidal), r_new,
+                   work.vr_new, work.vt_new, work.phi_oo, work.phi_on, work.status,
+                   work.counters, work.r_apo)
+        if frozen is not None:
+            work.status[frozen] = ORBIT_OK
+            r_new[frozen] = sim.r_all[work.gidx[frozen]]
+            work.phi_oo[frozen] = 0.0  # (their old potential at the same radius: no change)
+            work.phi_on[frozen] = 0.0
+            work.r_apo[frozen] = 0.0  # (not tested against the tidal radius until due)
+            drawn = work.status == ORBIT_OK
+            drawn[frozen] = False
+            stars.zone[drawn] = pericentre_zones(r_new[drawn], work.vr_new[drawn],
+                                                 work.vt_new[drawn], work.phi_on[drawn],
+                                                 *work.zone_bounds)
         sim.streams.states[work.rows, work.subs] = work.states
         removed = work.status == ORBIT_REMOVED
         if removed.any():  # the kernel left their outputs undefined; r is the sort's key

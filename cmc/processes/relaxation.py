@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cmc.processes.base import Process, StepWork
-from parallel.decomposition import MIN_CHUNK
 from physics import encounters as enc
 from physics.relaxation import relax_or_select_pairs, relax_pairs
 
@@ -31,7 +30,7 @@ class Relaxation(Process):
              "and with a binary in the pair (or, with binaries.ss_collision, two single stars "
              "with radii, or with binaries.bh_capture two single black holes) one uniform for "
              "the encounter test (P, eq 8); then per eligible triplet one uniform for "
-             "three-body formation (with run.zones > 1, only the blocks due)")
+             "three-body formation (with run.zones > 1, only the pairs and triplets with a due row)")
     counters = ("beta_mean", "beta_capped", "n_binary_pairs", "n_p_over_1")
 
     def run(self, work: StepWork) -> None:
@@ -40,39 +39,30 @@ class Relaxation(Process):
             return
         if sim.stars.has_binary_fields:
             work.selection = relax_and_select(sim, work.states, work.dt, work.coulomb_ratio,
-                                              work.beta_stats, work.p_stats, work.due_rows,
+                                              work.beta_stats, work.p_stats, work.due,
                                               work.dt_ratio)
-        else:
+        else:  # (with time-step zones: the pairs with a due row, each for its rows' steps)
             s = sim.stars
-            if work.due_rows is None:
-                relax_pairs(sim.r_all, sim.offset, s.m, s.vr, s.vt, work.states, work.dt,
-                            float(sim.state.n0), work.coulomb_ratio, work.beta_stats)
-            else:  # time-step zones: the due prefix, each pair for its rows' own step
-                due = work.due_rows
-                nbd = (due + MIN_CHUNK - 1) // MIN_CHUNK
-                relax_pairs(sim.r_all, sim.offset, s.m[:due], s.vr[:due], s.vt[:due],
-                            work.states[:nbd], work.dt, float(sim.state.n0),
-                            work.coulomb_ratio, work.beta_stats[:nbd], work.dt_ratio)
+            relax_pairs(sim.r_all, sim.offset, s.m, s.vr, s.vt, work.states, work.dt,
+                        float(sim.state.n0), work.coulomb_ratio, work.beta_stats,
+                        work.dt_ratio, work.due)
 
 
 def relax_and_select(sim: Simulation, states: np.ndarray, dt: float, coulomb_ratio: float,
-                      beta_stats: np.ndarray, p_stats: np.ndarray, due: int | None = None,
+                      beta_stats: np.ndarray, p_stats: np.ndarray, due: np.ndarray | None = None,
                       dt_ratio: np.ndarray | None = None) -> tuple:
     """Relaxation with strong-encounter selection, three-body and wide-binary selection.
 
-    ``due`` (time-step zones): only the first ``due`` rows (a whole number of blocks, or
-    all) take part, each pair or triplet for ``dt`` times the mean of its rows' ``dt_ratio``;
-    the others neither relax, meet, form binaries nor break.  Returns the arguments of
-    :func:`physics.encounters.apply_events` after ``states``: (encounter, enc_phi, enc_w,
-    formed, block_stats, wide), for every row.
+    ``due`` (time-step zones): only the pairs and triplets with a due row take part, each for
+    ``dt`` times the mean of its rows' ``dt_ratio``, and only due binaries break.  Returns the
+    arguments of :func:`physics.encounters.apply_events` after ``states``: (encounter,
+    enc_phi, enc_w, formed, block_stats, wide).
     """
     st = sim.state
     stars = sim.stars
     phys = sim.phys
     n = stars.n
     nb = states.shape[0]
-    d = n if due is None else due  # the rows that take part, and their blocks
-    nbd = nb if due is None else (due + MIN_CHUNK - 1) // MIN_CHUNK
     n0 = float(st.n0)
     dt_nb = dt * st.n0 / st.lnl0
     is_bin = stars.binind >= 0
@@ -80,10 +70,11 @@ def relax_and_select(sim: Simulation, states: np.ndarray, dt: float, coulomb_rat
     # cross section would make it meet someone in every step, so it would never break)
     wide = np.zeros(n, dtype=np.bool_)
     if phys.wide_factor > 0.0 or phys.wide_hardness_min > 0.0:
-        enc.select_wide_binaries(sim.r_all, sim.offset, stars.m[:d], stars.vr[:d],
-                                 stars.vt[:d], is_bin[:d], stars.bin_m1[:d], stars.bin_m2[:d],
-                                 stars.bin_a[:d], stars.bin_e[:d], n0, phys.wide_factor,
-                                 phys.wide_hardness_min, wide[:d])
+        enc.select_wide_binaries(sim.r_all, sim.offset, stars.m, stars.vr, stars.vt, is_bin,
+                                 stars.bin_m1, stars.bin_m2, stars.bin_a, stars.bin_e, n0,
+                                 phys.wide_factor, phys.wide_hardness_min, wide)
+        if due is not None:
+            wide &= due
     npairs = n // 2 + 1
     encounter = np.zeros(npairs, dtype=np.bool_)
     enc_phi = np.zeros(npairs)
@@ -98,15 +89,11 @@ def relax_and_select(sim: Simulation, states: np.ndarray, dt: float, coulomb_rat
         is_bh = ~is_bin & (stars.startype == enc.BLACK_HOLE)
         if coll_rad is None:
             coll_rad = np.zeros(n)
-    meets = is_bin & ~wide
-    relax_or_select_pairs(sim.r_all, sim.offset, stars.m[:d], stars.vr[:d], stars.vt[:d],
-                          stars.bin_a[:d], meets[:d], wide[:d], states[:nbd], dt, n0,
-                          coulomb_ratio, dt_nb, phys.x_bs, phys.x_bb, phys.binary_single,
-                          phys.binary_binary, beta_stats[:nbd], encounter[:d // 2 + 1],
-                          enc_phi[:d // 2 + 1], enc_w[:d // 2 + 1], p_stats[:nbd],
-                          None if coll_rad is None else coll_rad[:d],
-                          None if is_bh is None else is_bh[:d],
-                          phys.clight if is_bh is not None else 0.0, dt_ratio)
+    relax_or_select_pairs(sim.r_all, sim.offset, stars.m, stars.vr, stars.vt, stars.bin_a,
+                          is_bin & ~wide, wide, states, dt, n0, coulomb_ratio, dt_nb,
+                          phys.x_bs, phys.x_bb, phys.binary_single, phys.binary_binary,
+                          beta_stats, encounter, enc_phi, enc_w, p_stats, coll_rad, is_bh,
+                          phys.clight if is_bh is not None else 0.0, dt_ratio, due)
     busy = np.zeros(n, dtype=np.bool_)
     pairs = np.flatnonzero(encounter)
     busy[2 * pairs] = True
@@ -117,12 +104,9 @@ def relax_and_select(sim: Simulation, states: np.ndarray, dt: float, coulomb_rat
         eligible = ~is_bin & ~busy
         if phys.three_body == "bh":
             eligible &= stars.startype == enc.BLACK_HOLE
-        eligible[d:] = False
         if eligible.any():
-            enc.select_three_body(sim.r_all, sim.offset, stars.m[:d], stars.vr[:d],
-                                  stars.vt[:d], eligible[:d], states[:nbd], n0, dt_nb,
-                                  phys.eta_min, phys.three_body_neighbours,
-                                  formed[:nbd * enc.TRIPLETS_PER_BLOCK], block_stats[:nbd],
-                                  np.zeros((nbd, 2)), dt_ratio)
+            enc.select_three_body(sim.r_all, sim.offset, stars.m, stars.vr, stars.vt,
+                                  eligible, states, n0, dt_nb, phys.eta_min,
+                                  phys.three_body_neighbours, formed, block_stats,
+                                  np.zeros((nb, 2)), dt_ratio, due)
     return encounter, enc_phi, enc_w, formed, block_stats, wide
-

@@ -1,19 +1,22 @@
 """Radial time-step zones (``run.zones`` > 1; docs/method.md, "Time-step zones").
 
-The cluster is cut at window bounds into zones whose steps are 1, 2, 4, ... 2^(Z-1) times
-the innermost step ``dt`` (the shared step of :class:`cmc.processes.timestep.TimeStep`).  A
-window may be in level ``z`` when ``2^z dt`` is within its own limit, ``(2 theta_max /
-pi)^2 T_rel``; levels never fall outward (a window is at most the level of every window
-outside it), so the stars of the levels ``0 .. L`` are a prefix of the sorted table.  In step
-``k`` the levels up to ``L = min(trailing zeros of k, Z - 1)`` are due: that prefix is
-relaxed and given new orbits, the other stars keep their orbits (radius and velocities: the
-potential the stepped stars see has the outer stars where they were) and take part in the
-sort, the energy correction (exact for them too: their old and new radius are the same) and
-the escape test as every step.  Each due star is relaxed for the time since its own last
-step (``t_last``), so a star that moved between zones is relaxed for the time that passed.
+The step is cut into zones whose steps are 1, 2, 4, ... 2^(Z-1) times the innermost step
+``dt`` (the shared step of :class:`cmc.processes.timestep.TimeStep`).  The radial structure:
+window ``w`` may be in level ``z`` when ``2^z dt`` is within its own limit, ``(2 theta_max /
+pi)^2 T_rel``; levels never fall outward, so the stars inside the bound radius ``B_z`` are
+those of levels ``0 .. z``.  A star's zone is the level of its orbit's pericentre, set when
+it is given a new orbit: its step is then within the limit wherever on its orbit it is, and
+when it is next due does not depend on where on its orbit it was drawn (a zone by the drawn
+radius would keep the stars drawn far out there longer, and the time-averaged cluster
+would expand).  In step ``k`` the zones up to ``L = min(trailing zeros of k, Z - 1)`` are
+due: their stars get new orbits; a radial pair (or triplet) with a due star is relaxed (the
+other keeps its radius, with its velocity changed); every other star keeps its orbit and goes
+through the sort, the energy correction (exact for it too: its old and new radius are the
+same) and the escape test.  Each relaxed star is relaxed for the time since its own last
+relaxation (``t_last``).
 
 With binaries or collisions setting the step, the central objects whose time scales set it
-(:data:`cmc.diagnostics.CENTRAL_STARS`) stay in the innermost zone.
+(:data:`cmc.diagnostics.CENTRAL_STARS`) are in level 0.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cmc.diagnostics import CENTRAL_STARS
-from parallel.comm import allreduce_max
+from parallel.comm import allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK
 from physics.relaxation import window_last_below_inside, window_last_below_straddling
 
@@ -71,34 +74,58 @@ def zone_rows(sim: Simulation, dt: float, coulomb_ratio: float, scan: tuple,
 
 
 def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool) -> None:
-    """The step's zones (collective): ``work.zone_rows``, ``zone_level``, ``n_stepped``,
-    ``due_rows`` and ``due_blocks`` (the local rows due, a prefix, and their blocks: the
-    binary events and stellar evolution may add or remove rows inside blocks later in the
-    step, so the orbits take the due blocks' rows then) and ``dt_ratio`` (each due row's time
-    since its last step over ``work.dt``); the due rows' clock is moved to the step's end."""
+    """The step's zones (collective): ``work.zone_rows``, ``zone_bounds``, ``zone_level``,
+    ``due`` (the local rows whose zone is due), ``n_stepped`` (their number on all ranks) and
+    ``dt_ratio`` (each row's time since its last relaxation over ``work.dt``); the clocks of
+    the rows that will be relaxed (pairs with a due row) move to the step's end."""
     st = sim.state
     levels = sim.cfg.run.zones
     rows = zone_rows(sim, work.dt, work.coulomb_ratio, scan, centre_fixed)
     level = due_level(st.step, levels)
-    n_due = sim.n_total if level == levels - 1 else int(rows[level])
     stars = sim.stars
-    due = min(max(n_due - sim.offset, 0), stars.n)
     clock = stars.t_last
     new = np.isnan(clock)
     if new.any():  # objects made since the last step: their clock starts at its end
         clock[new] = st.time
+    due = stars.zone <= level
     t_end = st.time + work.dt
-    work.dt_ratio = (t_end - clock[:due]) / work.dt
-    clock[:due] = t_end
+    work.dt_ratio = (t_end - clock) / work.dt
+    if sim.cfg.run.relaxation:  # the relaxation's pairs (2k, 2k+1) with a due row
+        pairs = 2 * (stars.n // 2)
+        both = due[0:pairs:2] | due[1:pairs:2]
+        relaxed = np.zeros(stars.n, dtype=np.bool_)
+        relaxed[0:pairs:2] = both
+        relaxed[1:pairs:2] = both
+        clock[relaxed] = t_end
+    inside = rows < sim.n_total  # the levels' bound radii and the (old) potential there
+    bound_r = np.full(rows.shape, np.inf)
+    bound_phi = np.zeros(rows.shape)
+    bound_r[inside] = sim.r_all[rows[inside]]
+    bound_phi[inside] = sim.phi_all[rows[inside]]
     work.zone_rows = rows
+    work.zone_bounds = (bound_r, bound_phi)
     work.zone_level = level
-    work.n_stepped = n_due
-    work.due_rows = due
-    work.due_blocks = (due + MIN_CHUNK - 1) // MIN_CHUNK
+    work.due = due
+    work.n_stepped = int(round(float(allreduce_sum(sim.comm, np.array(
+        [float(np.count_nonzero(due))]))[0])))
+
+
+def pericentre_zones(r: np.ndarray, vr: np.ndarray, vt: np.ndarray, phi: np.ndarray,
+                     bound_r: np.ndarray, bound_phi: np.ndarray) -> np.ndarray:
+    """The zone of each orbit (radius ``r``, velocities ``vr``, ``vt``, potential ``phi`` at
+    ``r`` [Hénon units]): the number of level bounds ``B_z`` (``bound_r``, the potential there
+    ``bound_phi``) inside its pericentre, i.e. below ``r`` where ``Q(B) = 2 (E - phi(B)) -
+    J^2 / B^2 < 0`` (the orbit does not reach in to ``B``)."""
+    e2 = 2.0 * phi + vr * vr + vt * vt
+    j2 = (r * vt) ** 2
+    zone = np.zeros(r.shape, dtype=np.int32)
+    for b, pb in zip(bound_r, bound_phi, strict=True):
+        zone += ((b < r) & (e2 - 2.0 * pb - j2 / (b * b) < 0.0)).astype(np.int32)
+    return zone
 
 
 def zone_columns(work: StepWork, zones: int) -> dict:
-    """The diagnostics columns of the zones: the step's level, the stars stepped, and each
+    """The diagnostics columns of the zones: the step's level, the stars due, and each
     level's outer bound (rows)."""
     out = {"zone_level": float(work.zone_level), "n_stepped": float(work.n_stepped)}
     for z in range(zones - 1):

@@ -240,11 +240,11 @@ def test_pn25_equals_serial_emulation(world, monkeypatch):
 
 @pytest.mark.parametrize("binaries,tidal", [(0.0, False), (0.2, True)])
 def test_zones_equal_serial_emulation(world, binaries, tidal):
-    """Radial time-step zones (run.zones = 4), 30 steps: only the due prefix of the sorted
-    stars is stepped, so most ranks have nothing due in most steps and the orbit blocks
-    shared between neighbours come from the first ranks; with 20 % binaries and a shrinking
-    tidal radius also encounters and stripping in the due zones.  The P-rank run equals its
-    serial emulation bit for bit (stars with their clocks, every diagnostics column)."""
+    """Radial time-step zones (run.zones = 4), 30 steps: only the stars whose zone is due
+    are stepped (the zone bounds from one reduction over the ranks' windows, the due pairs'
+    draws only); with 20 % binaries and a shrinking tidal radius also encounters and
+    stripping.  The P-rank run equals its serial emulation bit for bit (stars with their
+    zones and clocks, every diagnostics column)."""
     extra = ("run.zones=4", *(TIDAL if tidal else ()))
     par, par_diag, ser, ser_diag = _run_and_emulation(world, 30, binaries=binaries,
                                                       extra=extra)
@@ -256,7 +256,7 @@ def test_zones_equal_serial_emulation(world, binaries, tidal):
     same, rel, least, n_enc = world.bcast(verdict, root=0)
     assert all(same.values()), {k: v for k, v in same.items() if not v}
     assert not rel, f"diagnostics differ: {rel}"
-    assert least < 1000  # steps with half the stars or fewer stepped
+    assert least < 1800  # steps that leave stars out
     if binaries:
         assert n_enc >= 3
 
