@@ -30,7 +30,8 @@ class Relaxation(Process):
              "and with a binary in the pair (or, with binaries.ss_collision, two single stars "
              "with radii, or with binaries.bh_capture two single black holes) one uniform for "
              "the encounter test (P, eq 8); then per eligible triplet one uniform for "
-             "three-body formation (with run.zones > 1, only the pairs and triplets with a due row)")
+             "three-body formation (with run.zones > 1, only the pairs and triplets with a "
+             "due row)")
     counters = ("beta_mean", "beta_capped", "n_binary_pairs", "n_p_over_1")
 
     def run(self, work: StepWork) -> None:
