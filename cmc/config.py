@@ -88,6 +88,16 @@ class RunConfig:
                     "as its own windows' relaxation times allow; a zone's stars get relaxation "
                     "and new orbits only when its step comes due (docs/method.md, 'Time-step "
                     "zones'); 1: one shared step for all stars", lo=1, hi=16)
+    zone_theta_max: float = _p(0.5, "rad", "time-step zones: a window is in zone z > 0 only if "
+                               "2^z dt is within the step that gives its pairs this largest "
+                               "deflection, (2 zone_theta_max / pi)^2 T_rel (the shared step "
+                               "gives the innermost window theta_max and the others less; "
+                               "Henon's deflections are not additive when large)", lo=0.0,
+                               hi=math.pi / 2, lo_open=True)
+    zone_dt_max: float = _p(0.01, "t_rh0", "time-step zones: no zone's step is longer than "
+                            "this (the outer stars' radii are not redrawn for up to a zone's "
+                            "step, and the halo's structure follows the cluster's evolution, "
+                            "not its own relaxation time)", lo=0.0, lo_open=True)
     gamma: float = _p(0.1, "", "Coulomb logarithm ln(gamma N) factor", lo=0.0, hi=1.0,
                       lo_open=True)
     dt_growth_max: float = _p(2.0, "", "largest factor by which dt may grow per step", lo=1.0)

@@ -2,9 +2,9 @@
 
 The step is cut into zones whose steps are 1, 2, 4, ... 2^(Z-1) times the innermost step
 ``dt`` (the shared step of :class:`cmc.processes.timestep.TimeStep`).  The radial structure:
-window ``w`` may be in level ``z`` when ``2^z dt`` is within its own limit, ``(2 theta_max /
-pi)^2 T_rel``; levels never fall outward, so the stars inside the bound radius ``B_z`` are
-those of levels ``0 .. z``.  A star's zone is the level of its orbit's pericentre, set when
+window ``w`` may be in level ``z`` when ``2^z dt`` is within ``(2 run.zone_theta_max /
+pi)^2 T_rel`` and ``run.zone_dt_max``; levels never fall outward, so the stars inside the
+bound radius ``B_z`` are those of levels ``0 .. z``.  A star's zone is the level of its orbit's pericentre, set when
 it is given a new orbit: its step is then within the limit wherever on its orbit it is, and
 when it is next due does not depend on where on its orbit it was drawn (a zone by the drawn
 radius would keep the stars drawn far out there longer, and the time-averaged cluster
@@ -51,14 +51,17 @@ def zone_rows(sim: Simulation, dt: float, coulomb_ratio: float, scan: tuple,
 
     ``scan`` is the time step's ``(moments, first block, blocks in all, gathered boundary
     rows or None)``; window ``w`` is above level ``z`` when its relaxation time is at least
-    ``2^(z+1) dt / (2 theta_max / pi)^2``, and level ``z`` reaches to the last window that is
-    not.  ``centre_fixed``: the step was set by the central objects' binary or collision time
+    ``2^(z+1) dt / (2 run.zone_theta_max / pi)^2`` and ``2^(z+1) dt`` is at most
+    ``run.zone_dt_max``; level ``z`` reaches to the last window that is not.
+    ``centre_fixed``: the step was set by the central objects' binary or collision time
     scales, so the windows holding them are in level 0.
     """
     cfg = sim.cfg.run
     levels = cfg.zones
-    factor = (2.0 * cfg.theta_max / math.pi) ** 2
-    limits = dt * 2.0 ** np.arange(1, levels) / factor
+    factor = (2.0 * cfg.zone_theta_max / math.pi) ** 2
+    steps = dt * 2.0 ** np.arange(1, levels)  # the steps of levels 1 .. Z - 1
+    # a level whose step is over run.zone_dt_max holds no window: its bound is at the end
+    limits = np.where(steps <= cfg.zone_dt_max * sim.state.t_rh0, steps / factor, np.inf)
     last = np.full(levels - 1, -1, dtype=np.int64)
     moments, block0, nb_total, edge = scan
     width = cfg.dt_window // MIN_CHUNK
@@ -87,16 +90,28 @@ def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool)
     new = np.isnan(clock)
     if new.any():  # objects made since the last step: their clock starts at its end
         clock[new] = st.time
-    due = stars.zone <= level
+    # the longest step allowed now (run.zone_dt_max): a star drawn when dt was shorter may
+    # hold a zone whose step is now over it (dt grows as well as shrinks)
+    cap = sim.cfg.run.zone_dt_max * st.t_rh0
+    top = int(np.count_nonzero(work.dt * 2.0 ** np.arange(1, levels) <= cap))
+    zone = stars.zone
+    np.minimum(zone, top, out=zone)
+    due = zone <= level
     t_end = st.time + work.dt
-    work.dt_ratio = (t_end - clock) / work.dt
-    if sim.cfg.run.relaxation:  # the relaxation's pairs (2k, 2k+1) with a due row
+    # (a clock at the step's start owes exactly one step: zones that never come into play
+    # give the shared step's bits)
+    owed = np.where(clock == st.time, 1.0, (t_end - clock) / work.dt)
+    ratio = np.zeros(stars.n)
+    if sim.cfg.run.relaxation:  # the relaxation's pairs (2k, 2k+1) with a due row: each
+        # relaxed for the shorter of its two stars' owed times, which both clocks advance by
         pairs = 2 * (stars.n // 2)
-        both = due[0:pairs:2] | due[1:pairs:2]
-        relaxed = np.zeros(stars.n, dtype=np.bool_)
-        relaxed[0:pairs:2] = both
-        relaxed[1:pairs:2] = both
-        clock[relaxed] = t_end
+        on = due[0:pairs:2] | due[1:pairs:2]
+        pair = np.where(on, np.minimum(owed[0:pairs:2], owed[1:pairs:2]), 0.0)
+        ratio[0:pairs:2] = pair
+        ratio[1:pairs:2] = pair
+        clock[:pairs] += ratio[:pairs] * work.dt
+        np.minimum(clock, t_end, out=clock)  # (rounding: a clock owed its all is at t_end)
+    work.dt_ratio = ratio
     inside = rows < sim.n_total  # the levels' bound radii and the (old) potential there
     bound_r = np.full(rows.shape, np.inf)
     bound_phi = np.zeros(rows.shape)

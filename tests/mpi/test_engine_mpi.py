@@ -245,7 +245,7 @@ def test_zones_equal_serial_emulation(world, binaries, tidal):
     draws only); with 20 % binaries and a shrinking tidal radius also encounters and
     stripping.  The P-rank run equals its serial emulation bit for bit (stars with their
     zones and clocks, every diagnostics column)."""
-    extra = ("run.zones=4", *(TIDAL if tidal else ()))
+    extra = ("run.zones=4", "run.zone_dt_max=1000", *(TIDAL if tidal else ()))
     par, par_diag, ser, ser_diag = _run_and_emulation(world, 30, binaries=binaries,
                                                       extra=extra)
     verdict = None
