@@ -1,19 +1,20 @@
 """Radial time-step zones (``run.zones`` > 1; docs/method.md, "Time-step zones").
 
 The step is cut into zones whose steps are 1, 2, 4, ... 2^(Z-1) times the innermost step
-``dt`` (the shared step of :class:`cmc.processes.timestep.TimeStep`).  The radial structure:
-window ``w`` may be in level ``z`` when ``2^z dt`` is within ``(2 run.zone_theta_max /
-pi)^2 T_rel`` and ``run.zone_dt_max``; levels never fall outward, so the stars inside the
-bound radius ``B_z`` are those of levels ``0 .. z``.  A star's zone is the level of its orbit's pericentre, set when
-it is given a new orbit: its step is then within the limit wherever on its orbit it is, and
-when it is next due does not depend on where on its orbit it was drawn (a zone by the drawn
-radius would keep the stars drawn far out there longer, and the time-averaged cluster
-would expand).  In step ``k`` the zones up to ``L = min(trailing zeros of k, Z - 1)`` are
-due: their stars get new orbits; a radial pair (or triplet) with a due star is relaxed (the
-other keeps its radius, with its velocity changed); every other star keeps its orbit and goes
-through the sort, the energy correction (exact for it too: its old and new radius are the
-same) and the escape test.  Each relaxed star is relaxed for the time since its own last
-relaxation (``t_last``).
+``dt`` (the shared step of :class:`cmc.processes.timestep.TimeStep`). The radial structure:
+window ``w`` may be in level ``z`` when ``2^z dt`` is within ``(2 run.zone_theta_max / pi)^2
+T_rel`` and ``run.zone_dt_max``; levels never fall outward, so the stars inside the bound
+radius ``B_z`` are those of levels ``0 .. z``. A star's zone is the level of its orbit's
+pericentre, set when it is given a new orbit: its step is then within the limit wherever on
+its orbit it is, and when it is next due does not depend on where on its orbit it was drawn
+(a zone by the drawn radius would keep the stars drawn far out there longer, and the time-
+averaged cluster would expand). In step ``k`` the zones up to ``L = min(trailing zeros of k,
+Z - 1)`` are due: their stars get new orbits; a radial pair (or triplet) with a due star is
+relaxed (the other keeps its radius, with its velocity changed); every other star keeps its
+orbit and goes through the sort, the energy correction (exact for it too: its old and new
+radius are the same) and the escape test. Each star's clock (``t_last``) is the time to
+which it has been relaxed; a pair is relaxed for the shorter of its two stars' owed times,
+which both clocks advance by (the other keeps the rest for later).
 
 With binaries or collisions setting the step, the central objects whose time scales set it
 (:data:`cmc.diagnostics.CENTRAL_STARS`) are in level 0.
