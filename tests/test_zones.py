@@ -128,6 +128,63 @@ def test_kernels_with_unit_ratios_equal_the_shared_step():
 UNCAPPED = "run.zone_dt_max=1000"
 
 
+def _plan_rows_twin(zone, clock, time, t_end, dt, level, top, relax):
+    """numpy twin of physics.zones.plan_rows: (zone, clock, due, ratio, count)."""
+    zone, clock = zone.copy(), clock.copy()
+    clock[np.isnan(clock)] = time
+    np.minimum(zone, top, out=zone)
+    due = zone <= level
+    owed = np.where(clock == time, 1.0, (t_end - clock) / dt)
+    ratio = np.zeros(zone.size)
+    if relax:
+        pairs = 2 * (zone.size // 2)
+        on = due[0:pairs:2] | due[1:pairs:2]
+        pair = np.where(on, np.minimum(owed[0:pairs:2], owed[1:pairs:2]), 0.0)
+        ratio[0:pairs:2] = pair
+        ratio[1:pairs:2] = pair
+        clock[:pairs] += ratio[:pairs] * dt
+        np.minimum(clock, t_end, out=clock)
+    return zone, clock, due, ratio, int(np.count_nonzero(due))
+
+
+@pytest.mark.parametrize("n,relax", [(1001, True), (1000, True), (1000, False)])
+def test_plan_rows_equals_its_numpy_twin(n, relax):
+    """The zones' one-pass kernels against numpy expressions, bit for bit: plan_rows (NaN
+    clocks, zones cut to the cap, due rows, pairs' shorter owed times, clocks moved on and
+    kept at the step's end), and freeze_rows / thaw_rows around the orbit kernel."""
+    from physics.orbits import ORBIT_OK, ORBIT_REMOVED
+    from physics.zones import freeze_rows, plan_rows, thaw_rows
+
+    rng = np.random.default_rng(n)
+    time, dt = 3.25, 1e-3
+    zone = rng.integers(0, 7, n).astype(np.int32)
+    clock = time - dt * rng.integers(0, 40, n) * rng.uniform(0.5, 1.0, n)
+    clock[rng.random(n) < 0.3] = time
+    clock[rng.random(n) < 0.02] = np.nan
+    want = _plan_rows_twin(zone, clock, time, time + dt, dt, 2, 4, relax)
+    due, ratio = np.empty(n, dtype=np.bool_), np.empty(n)
+    got = plan_rows(zone, clock, time, time + dt, dt, 2, 4, relax, due, ratio)
+    for a, b in zip((zone, clock, due, ratio, got), want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert (ratio.max() > 1.0 if relax else not ratio.any()) and np.all(clock <= time + dt)
+    status = rng.choice(np.array([ORBIT_OK, ORBIT_OK, ORBIT_OK, ORBIT_REMOVED, 1],
+                                 dtype=np.int8), n)
+    status0 = status.copy()
+    frozen = np.empty(n, dtype=np.bool_)
+    freeze_rows(zone, 2, status, frozen)
+    want_frozen = (status0 == ORBIT_OK) & (zone > 2)
+    np.testing.assert_array_equal(frozen, want_frozen)
+    np.testing.assert_array_equal(status, np.where(want_frozen, ORBIT_REMOVED, status0))
+    r_all, gidx = np.sort(rng.random(n)), rng.permutation(n)
+    r_new, p_oo, p_on, r_apo = (rng.random(n) for _ in range(4))
+    drawn = np.empty(n, dtype=np.bool_)
+    thaw_rows(frozen, r_all, gidx, status, r_new, p_oo, p_on, r_apo, drawn)
+    np.testing.assert_array_equal(status, status0)
+    np.testing.assert_array_equal(r_new[frozen], r_all[gidx[frozen]])
+    assert not (p_oo[frozen].any() or p_on[frozen].any() or r_apo[frozen].any())
+    np.testing.assert_array_equal(drawn, (status0 == ORBIT_OK) & ~frozen)
+
+
 def _sim(zones: int, n: int = 2000, emulate: int = 0, extra: tuple = (UNCAPPED,)
          ) -> Simulation:
     return Simulation.create(load_config(None, [

@@ -28,13 +28,13 @@ from parallel.comm import allgatherv_array, allreduce_max
 from parallel.decomposition import rank_bounds
 from physics.orbits import (
     LOOKUP_PER_BUCKET,
-    ORBIT_OK,
     ORBIT_REMOVED,
     new_orbits_rows,
     new_orbits_rows_lut,
 )
 from physics.potential import radius_lookup_entries, radius_lookup_scale
 from physics.sums import copy_rows
+from physics.zones import freeze_rows, thaw_rows
 
 log = logging.getLogger("cmc.simulation")
 
@@ -71,23 +71,20 @@ class NewOrbits(Process):
         if work.due is not None:  # time-step zones: the rows whose zone is not due (by the
             # field: events and stellar evolution may have added or removed rows) keep their
             # radius and velocities; the kernel skips them as it skips the removed ones
-            frozen = (stars.zone > work.zone_level) & (work.status == ORBIT_OK)
-            work.status[frozen] = ORBIT_REMOVED
+            frozen = np.empty(n, dtype=np.bool_)
+            freeze_rows(stars.zone, work.zone_level, work.status, frozen)
         sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx, work.block_start, stars.m,
                    stars.vr, stars.vt, work.states, float(sim.state.r_tidal), r_new,
                    work.vr_new, work.vt_new, work.phi_oo, work.phi_on, work.status,
                    work.counters, work.r_apo)
         if frozen is not None:
-            work.status[frozen] = ORBIT_OK
-            r_new[frozen] = sim.r_all[work.gidx[frozen]]
-            work.phi_oo[frozen] = 0.0  # (their old potential at the same radius: no change)
-            work.phi_on[frozen] = 0.0
-            work.r_apo[frozen] = 0.0  # (not tested against the tidal radius until due)
-            drawn = work.status == ORBIT_OK
-            drawn[frozen] = False
-            stars.zone[drawn] = pericentre_zones(r_new[drawn], work.vr_new[drawn],
-                                                 work.vt_new[drawn], work.phi_on[drawn],
-                                                 *work.zone_bounds)
+            drawn = np.empty(n, dtype=np.bool_)
+            thaw_rows(frozen, sim.r_all, work.gidx, work.status, r_new, work.phi_oo,
+                      work.phi_on, work.r_apo, drawn)
+            rows = np.flatnonzero(drawn)
+            stars.zone[rows] = pericentre_zones(r_new[rows], work.vr_new[rows],
+                                                work.vt_new[rows], work.phi_on[rows],
+                                                *work.zone_bounds)
         sim.streams.states[work.rows, work.subs] = work.states
         removed = work.status == ORBIT_REMOVED
         if removed.any():  # the kernel left their outputs undefined; r is the sort's key

@@ -31,6 +31,7 @@ from cmc.diagnostics import CENTRAL_STARS
 from parallel.comm import allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK
 from physics.relaxation import window_last_below_inside, window_last_below_straddling
+from physics.zones import plan_rows
 
 if TYPE_CHECKING:
     from cmc.processes.base import StepWork
@@ -80,39 +81,22 @@ def zone_rows(sim: Simulation, dt: float, coulomb_ratio: float, scan: tuple,
 def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool) -> None:
     """The step's zones (collective): ``work.zone_rows``, ``zone_bounds``, ``zone_level``,
     ``due`` (the local rows whose zone is due), ``n_stepped`` (their number on all ranks) and
-    ``dt_ratio`` (each row's time since its last relaxation over ``work.dt``); the clocks of
-    the rows that will be relaxed (pairs with a due row) move to the step's end."""
+    ``dt_ratio`` (each row's relaxation time this step over ``work.dt``: its pair's shorter
+    owed time); the clocks of the rows relaxed move on by it (:func:`physics.zones.plan_rows`).
+    """
     st = sim.state
     levels = sim.cfg.run.zones
     rows = zone_rows(sim, work.dt, work.coulomb_ratio, scan, centre_fixed)
     level = due_level(st.step, levels)
     stars = sim.stars
-    clock = stars.t_last
-    new = np.isnan(clock)
-    if new.any():  # objects made since the last step: their clock starts at its end
-        clock[new] = st.time
     # the longest step allowed now (run.zone_dt_max): a star drawn when dt was shorter may
     # hold a zone whose step is now over it (dt grows as well as shrinks)
     cap = sim.cfg.run.zone_dt_max * st.t_rh0
     top = int(np.count_nonzero(work.dt * 2.0 ** np.arange(1, levels) <= cap))
-    zone = stars.zone
-    np.minimum(zone, top, out=zone)
-    due = zone <= level
-    t_end = st.time + work.dt
-    # (a clock at the step's start owes exactly one step: zones that never come into play
-    # give the shared step's bits)
-    owed = np.where(clock == st.time, 1.0, (t_end - clock) / work.dt)
-    ratio = np.zeros(stars.n)
-    if sim.cfg.run.relaxation:  # the relaxation's pairs (2k, 2k+1) with a due row: each
-        # relaxed for the shorter of its two stars' owed times, which both clocks advance by
-        pairs = 2 * (stars.n // 2)
-        on = due[0:pairs:2] | due[1:pairs:2]
-        pair = np.where(on, np.minimum(owed[0:pairs:2], owed[1:pairs:2]), 0.0)
-        ratio[0:pairs:2] = pair
-        ratio[1:pairs:2] = pair
-        clock[:pairs] += ratio[:pairs] * work.dt
-        np.minimum(clock, t_end, out=clock)  # (rounding: a clock owed its all is at t_end)
-    work.dt_ratio = ratio
+    due = np.empty(stars.n, dtype=np.bool_)
+    work.dt_ratio = np.empty(stars.n)
+    n_due = plan_rows(stars.zone, stars.t_last, st.time, st.time + work.dt, work.dt, level,
+                      top, sim.cfg.run.relaxation, due, work.dt_ratio)
     inside = rows < sim.n_total  # the levels' bound radii and the (old) potential there
     bound_r = np.full(rows.shape, np.inf)
     bound_phi = np.zeros(rows.shape)
@@ -122,8 +106,7 @@ def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool)
     work.zone_bounds = (bound_r, bound_phi)
     work.zone_level = level
     work.due = due
-    work.n_stepped = int(round(float(allreduce_sum(sim.comm, np.array(
-        [float(np.count_nonzero(due))]))[0])))
+    work.n_stepped = int(round(float(allreduce_sum(sim.comm, np.array([float(n_due)]))[0])))
 
 
 def pericentre_zones(r: np.ndarray, vr: np.ndarray, vt: np.ndarray, phi: np.ndarray,
