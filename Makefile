@@ -66,6 +66,7 @@ bench: install
 	$(PY) bench/bench_binaries.py $(BENCH_ARGS)
 	$(PY) bench/bench_output.py $(BENCH_ARGS)
 	$(PY) bench/bench_stellar_evolution.py $(BENCH_ARGS)
+	$(PY) bench/bench_zones.py
 
 # P = 1, 2, 4, ... up to the machine's cores, threads and ranks (bench/scaling.py); writes
 # runs/scaling.json and prints the check of the performance model (docs/performance.md)
@@ -82,6 +83,7 @@ compute-scaling: install
 
 validate: install validate-fewbody
 	$(PY) bench/validate.py $(VALIDATE_ARGS)
+	$(PY) bench/validate_zones.py --n 10000 --seeds 1-8
 	$(PY) bench/validate_binaries.py
 	$(PY) bench/validate_tidal.py --resume
 	$(PY) bench/validate_se.py

@@ -578,3 +578,25 @@ def test_bench_step_times_stellar_evolution(tmp_path, monkeypatch):
     assert [g["steps"] for g in got] == [1, 1, 1, 1, 4] and got[-1]["whole_run"]
     assert got[2]["se_share"] == 0.25 and got[-1]["se_share"] == 0.125
     assert got[-1]["ratio_vs_without"] == 1.0 / 0.875
+
+
+def test_zone_validation_verdict_is_the_difference_over_its_standard_error():
+    """bench/validate_zones.py: the zones' mean against the shared step's is judged by the
+    difference of the means over its standard error (two independent sets of seeds)."""
+    import numpy as np
+
+    from bench.validate_zones import summarise
+
+    shared = [{"t_ncore_below_100": x, "steps": 1} for x in (18.0, 18.4, 18.2, 18.6)]
+    near = [{"t_ncore_below_100": x, "steps": 1} for x in (18.3, 18.5, 18.1, 18.7)]
+    far = [{"t_ncore_below_100": x + 2.0, "steps": 1} for x in (18.3, 18.5, 18.1, 18.7)]
+    s = summarise({"shared": shared, "zones": near})
+    v = s["verdict"]["t_ncore_below_100"]
+    sd = np.std([18.0, 18.4, 18.2, 18.6], ddof=1)
+    assert v["difference"] == pytest.approx(0.1)
+    assert v["sigma"] == pytest.approx(np.hypot(sd / 2, sd / 2))
+    assert v["within_2_sigma"] is True
+    assert s["verdict"]["t_ncore_below_100"]["difference"] > 0
+    assert summarise({"shared": shared, "zones": far})["verdict"][
+        "t_ncore_below_100"]["within_2_sigma"] is False
+    assert "steps" not in s["verdict"]  # (costs are reported, not judged)
