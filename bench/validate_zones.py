@@ -37,11 +37,15 @@ def _seeds(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def run_one(n: int, seed: int, zones: int, theta: float, window: int, threads: int) -> Path:
-    """One run to core collapse (reused when its diagnostics hold a stop reason)."""
+def run_one(n: int, seed: int, zones: int, theta: float, window: int, threads: int,
+            extra: tuple[str, ...] = ()) -> Path:
+    """One run to core collapse (reused when its diagnostics hold a stop reason); ``extra``:
+    more ``section.key=value`` settings (a mass spectrum, a tidal field, binaries), which
+    name the run's directory too."""
     from cmc.io import read_diagnostics
 
-    out = ROOT / "runs" / "zones" / f"N{n}_s{seed}_z{zones}_t{theta:g}_w{window}"
+    tag = "".join(f"_{x.replace('=', '-').replace('.', '-')}" for x in extra)
+    out = ROOT / "runs" / "zones" / f"N{n}_s{seed}_z{zones}_t{theta:g}_w{window}{tag}"
     diag = out / "diagnostics.h5"
     if diag.exists():
         try:
@@ -56,7 +60,8 @@ def run_one(n: int, seed: int, zones: int, theta: float, window: int, threads: i
                     f"initial.seed={seed}", "--set", f"run.zones={zones}", "--set",
                     f"run.theta_max={theta}", "--set", f"run.dt_window={window}", "--set",
                     f"run.threads={threads}", "--set", "output.snapshot_every=0", "--set",
-                    "output.checkpoint_every=100000", "--set", "output.progress_every=1000"],
+                    "output.checkpoint_every=100000", "--set", "output.progress_every=1000",
+                    *(a for x in extra for a in ("--set", x))],
                    check=True, capture_output=True, cwd=ROOT)
     (out / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.3f}\n")
     return out
@@ -129,7 +134,7 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
     import matplotlib.pyplot as plt
 
     docs = ROOT / "docs"
-    tag = f"N{args.n}"
+    tag = f"N{args.n}" + "".join(f"_{x.split('=')[0].split('.')[-1]}" for x in args.extra)
     fig, ax = plt.subplots(figsize=(7, 5))
     for name, colour in (("shared", "k"), ("zones", "C3")):
         for i, r in enumerate(runs[name]):
@@ -150,7 +155,7 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
     slim = {k: [{kk: vv for kk, vv in r.items() if kk != "series"} for r in v]
             for k, v in runs.items()}
     record = {"N": args.n, "seeds": args.seeds, "zones": args.zones,
-              "theta_max": args.theta_max, "dt_window": args.dt_window,
+              "theta_max": args.theta_max, "dt_window": args.dt_window, "settings": args.extra,
               "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": slim, "summary": summary}
     (docs / f"validation_zones_{tag}.json").write_text(json.dumps(record, indent=1) + "\n")
     s, z, v = summary["shared"], summary["zones"], summary["verdict"]
@@ -162,11 +167,14 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
         return f"{fmt.format(x['mean'])} ± {fmt.format(x['std'])} [{fmt.format(x['min'])}, " \
                f"{fmt.format(x['max'])}]"
 
+    setting = "".join(f", {x}" for x in args.extra)
     lines = [f"## Plummer N = {args.n}, theta_max {args.theta_max:g}, {args.dt_window}-star "
-             f"windows: shared step vs run.zones = {args.zones} ({len(runs['shared'])} seeds)",
+             f"windows{setting}: shared step vs run.zones = {args.zones} "
+             f"({len(runs['shared'])} seeds)",
              "", f"`python bench/validate_zones.py --n {args.n} --seeds "
              f"{args.seeds_text} --zones {args.zones} --theta-max {args.theta_max:g} "
-             f"--dt-window {args.dt_window}` ({record['made']}; per run 1 thread, "
+             f"--dt-window {args.dt_window}" + "".join(f" --set {x}" for x in args.extra)
+             + f"` ({record['made']}; per run {args.threads} thread(s), "
              f"{args.jobs} runs at once).  Mean ± standard deviation [min, max] over seeds; "
              "'difference' is zones - shared in units of the standard error of that difference.",
              "", "| quantity | shared step | zones | difference / sigma |", "|---|---|---|---|"]
@@ -202,7 +210,7 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
             "step and with `run.zones`, same seeds, same machine, one sitting.  How the zones "
             "work: docs/method.md, 'Time-step zones'.\n\n")
     text = page.read_text() if page.exists() else head
-    marker = f"## Plummer N = {args.n}, theta_max {args.theta_max:g}, {args.dt_window}-star"
+    marker = lines[0].split(": shared step")[0]
     if marker in text:  # replace this setting's section
         start = text.index(marker)
         nxt = text.find("\n## ", start + 1)
@@ -221,13 +229,16 @@ def main() -> None:
     ap.add_argument("--dt-window", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--set", action="append", default=[], dest="extra",
+                    help="another setting of both runs, section.key=value (repeatable)")
     args = ap.parse_args()
     args.seeds_text = args.seeds
     args.seeds = _seeds(args.seeds)
     jobs = [(s, z) for s in args.seeds for z in (1, args.zones)]
     with ThreadPoolExecutor(args.jobs) as pool:
         outs = list(pool.map(lambda sz: run_one(args.n, sz[0], sz[1], args.theta_max,
-                                                args.dt_window, args.threads), jobs))
+                                                args.dt_window, args.threads,
+                                                tuple(args.extra)), jobs))
     runs: dict = {"shared": [], "zones": []}
     for (seed, z), out in zip(jobs, outs, strict=True):
         rec = analyse(out)
