@@ -47,7 +47,8 @@ def describe(out: Path) -> dict:
         rec["steps_per_due_zone"] = np.bincount(lvl).tolist()
         t = d["time_trh"][1:]
         every = max(1, t.size // 500)
-        rec["stepped_series"] = {"t_trh": t[::every].tolist(),
+        rec["stepped_series"] = {"step": d["step"][1:][::every].tolist(),
+                                 "t_trh": t[::every].tolist(),
                                  "fraction": (n / d["N"][1:])[::every].tolist()}
     return rec
 
@@ -81,12 +82,20 @@ def main() -> None:
 
     ser = runs["zones"].get("stepped_series")
     if ser:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot(ser["t_trh"], ser["fraction"], lw=0.7)
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+        ax.plot(ser["step"], ser["fraction"], lw=0.5)
         ax.set_yscale("log")
-        ax.set_xlabel("t / t_rh0")
+        ax.set_xlabel("step")
         ax.set_ylabel("stars stepped per step / N")
-        ax.set_title(f"Plummer N = {args.n}, run.zones = {args.zones}: the work per step")
+        t_cc = runs["zones"]["t_cc_trh"]
+        late = np.asarray(ser["t_trh"]) < t_cc
+        bx.plot(t_cc - np.asarray(ser["t_trh"])[late], np.asarray(ser["fraction"])[late],
+                lw=0.5)
+        bx.set_xscale("log")
+        bx.set_yscale("log")
+        bx.invert_xaxis()
+        bx.set_xlabel("t_cc - t [t_rh0]")
+        fig.suptitle(f"Plummer N = {args.n}, run.zones = {args.zones}: the work per step")
         fig.tight_layout()
         fig.savefig(docs / "performance_zones.png", dpi=110)
         plt.close(fig)
