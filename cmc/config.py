@@ -94,7 +94,7 @@ class RunConfig:
                                "gives the innermost window theta_max and the others less; "
                                "Henon's deflections are not additive when large)", lo=0.0,
                                hi=math.pi / 2, lo_open=True)
-    zone_dt_max: float = _p(0.01, "t_rh0", "time-step zones: no zone's step is longer than "
+    zone_dt_max: float = _p(0.001, "t_rh0", "time-step zones: no zone's step is longer than "
                             "this (the outer stars' radii are not redrawn for up to a zone's "
                             "step, and the halo's structure follows the cluster's evolution, "
                             "not its own relaxation time)", lo=0.0, lo_open=True)

@@ -144,21 +144,33 @@ def _nan_min(a, b):
 
 
 @njit(cache=True)
-def window_min_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio, width):
-    """Smallest :func:`window_relaxation_times` value over the windows that lie wholly in the
-    local blocks (global blocks ``block0 .. block0 + len(moments) - 1`` of ``nb_total``);
-    ``inf`` if none, NaN if any is NaN.  Each such window gets the whole-array function's
-    operations, so the minimum over the ranks' values and :func:`window_min_straddling`'s is
-    its minimum, bit for bit."""
+def window_times_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio, width):
+    """The :func:`window_relaxation_times` values of the windows that lie wholly in the local
+    blocks (global blocks ``block0 .. block0 + len(moments) - 1`` of ``nb_total``), and the
+    global index of the first.  Each such window gets the whole-array function's operations,
+    so any split over ranks gives the same windows and times, bit for bit."""
     end = block0 + moments.shape[0]
-    best = np.inf
-    wdx = (block0 + width - 1) // width  # the first window starting in the local blocks
+    first = (block0 + width - 1) // width  # the first window starting in the local blocks
+    wdx = first
     while wdx * width < end and min(nb_total, (wdx + 1) * width) <= end:
-        b0 = wdx * width
-        t = _window_time(r_all, moments, b0 - block0, min(nb_total, b0 + width) - block0,
-                         b0 * BIN, n0, coulomb_ratio)
-        best = _nan_min(best, t)
         wdx += 1
+    out = np.empty(wdx - first)
+    for k in range(out.shape[0]):
+        b0 = (first + k) * width
+        out[k] = _window_time(r_all, moments, b0 - block0, min(nb_total, b0 + width) - block0,
+                              b0 * BIN, n0, coulomb_ratio)
+    return first, out
+
+
+@njit(cache=True)
+def window_min_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio, width):
+    """Smallest :func:`window_times_inside` value; ``inf`` if none, NaN if any is NaN (the
+    minimum over the ranks' values and :func:`window_min_straddling`'s is the whole array's
+    minimum, bit for bit)."""
+    best = np.inf
+    for t in window_times_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio,
+                                 width)[1]:
+        best = _nan_min(best, t)
     return best
 
 
@@ -175,35 +187,43 @@ def _note_below(t, wdx, limits, last):
 def window_last_below_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio, width,
                              limits, last):
     """Time-step zones: for each of ``limits`` (relaxation times), the largest global index
-    of the windows wholly in the local blocks (as :func:`window_min_inside`) whose
-    :func:`window_relaxation_times` value is below it, into ``last`` (left as it is where
-    none is).  The same operations as the whole-array function: any split over ranks gives
-    the same windows and times."""
-    end = block0 + moments.shape[0]
-    wdx = (block0 + width - 1) // width
-    while wdx * width < end and min(nb_total, (wdx + 1) * width) <= end:
-        b0 = wdx * width
-        t = _window_time(r_all, moments, b0 - block0, min(nb_total, b0 + width) - block0,
-                         b0 * BIN, n0, coulomb_ratio)
-        _note_below(t, wdx, limits, last)
-        wdx += 1
+    of the windows of :func:`window_times_inside` whose time is below it, into ``last``
+    (left as it is where none is)."""
+    first, times = window_times_inside(r_all, moments, block0, nb_total, n0, coulomb_ratio,
+                                       width)
+    for k in range(times.shape[0]):
+        _note_below(times[k], first + k, limits, last)
 
 
 @njit(cache=True)
-def window_last_below_straddling(r_all, rows, n0, coulomb_ratio, width, limits, last):
-    """:func:`window_last_below_inside` for the windows made of the gathered boundary
-    ``rows`` (as :func:`window_min_straddling`)."""
+def window_times_straddling(r_all, rows, n0, coulomb_ratio, width):
+    """The global indices and relaxation times of the windows made of the gathered boundary
+    ``rows`` (:func:`window_boundary_rows` of every rank, in rank order: ascending global
+    blocks)."""
     n = rows.shape[0]
     mom = np.ascontiguousarray(rows[:, 1:5])
+    index = np.empty(n, dtype=np.int64)
+    times = np.empty(n)
+    count = 0
     i = 0
     while i < n:
         wdx = int(rows[i, 0]) // width
         j = i + 1
         while j < n and int(rows[j, 0]) // width == wdx:
             j += 1
-        _note_below(_window_time(r_all, mom, i, j, wdx * width * BIN, n0, coulomb_ratio),
-                    wdx, limits, last)
+        index[count] = wdx
+        times[count] = _window_time(r_all, mom, i, j, wdx * width * BIN, n0, coulomb_ratio)
+        count += 1
         i = j
+    return index[:count], times[:count]
+
+
+@njit(cache=True)
+def window_last_below_straddling(r_all, rows, n0, coulomb_ratio, width, limits, last):
+    """:func:`window_last_below_inside` for the windows of :func:`window_times_straddling`."""
+    index, times = window_times_straddling(r_all, rows, n0, coulomb_ratio, width)
+    for k in range(times.shape[0]):
+        _note_below(times[k], index[k], limits, last)
 
 
 def window_boundary_rows(moments: np.ndarray, block0: int, nb_total: int,
@@ -253,21 +273,11 @@ def window_boundary_counts(block0: np.ndarray, nloc: np.ndarray, nb_total: int,
 
 @njit(cache=True)
 def window_min_straddling(r_all, rows, n0, coulomb_ratio, width):
-    """Smallest relaxation time over the windows made of the gathered boundary ``rows``
-    (:func:`window_boundary_rows` of every rank, in rank order: ascending global blocks);
-    ``inf`` if none, NaN if any is NaN."""
+    """Smallest relaxation time over the windows of :func:`window_times_straddling`; ``inf``
+    if none, NaN if any is NaN."""
     best = np.inf
-    n = rows.shape[0]
-    mom = np.ascontiguousarray(rows[:, 1:5])
-    i = 0
-    while i < n:
-        wdx = int(rows[i, 0]) // width
-        j = i + 1
-        while j < n and int(rows[j, 0]) // width == wdx:
-            j += 1
-        best = _nan_min(best, _window_time(r_all, mom, i, j, wdx * width * BIN, n0,
-                                           coulomb_ratio))
-        i = j
+    for t in window_times_straddling(r_all, rows, n0, coulomb_ratio, width)[1]:
+        best = _nan_min(best, t)
     return best
 
 

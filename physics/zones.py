@@ -20,7 +20,8 @@ def plan_rows(zone, clock, time, t_end, dt, level, top, relax, due, ratio):
     its zone is at most ``level``.  With ``relax``, each relaxation pair (rows 2k, 2k+1) with a
     due row gets ``ratio`` = the shorter of its rows' owed times over ``dt`` (a clock at
     ``time`` owes exactly 1), and both clocks advance by ``ratio dt``, at most to ``t_end``;
-    every other row (and every row without ``relax``) gets ratio 0.
+    every other row (and every row without ``relax``) gets ratio 0; a due odd last row (no
+    partner) has its clock moved to ``t_end`` unrelaxed, as the shared step leaves it.
 
     Parameters
     ----------
@@ -63,8 +64,11 @@ def plan_rows(zone, clock, time, t_end, dt, level, top, relax, due, ratio):
             clock[j] = cj if cj < t_end else t_end
         ratio[i] = p
         ratio[j] = p
-    if n % 2:
+    if n % 2:  # an odd last row has no partner: as in the shared step it is not relaxed,
+        # and its clock moves on (it does not take the time up later)
         ratio[n - 1] = 0.0
+        if relax and due[n - 1]:
+            clock[n - 1] = t_end
     return count
 
 

@@ -75,7 +75,10 @@ def zone_rows(sim: Simulation, dt: float, coulomb_ratio: float, scan: tuple,
         last = allreduce_max(sim.comm, last.astype(np.float64)).astype(np.int64)
     if centre_fixed:
         last = np.maximum(last, (min(CENTRAL_STARS, sim.n_total) - 1) // (width * MIN_CHUNK))
-    return np.minimum((last + 1) * width * MIN_CHUNK, sim.n_total)
+    rows = np.minimum((last + 1) * width * MIN_CHUNK, sim.n_total)
+    rows[np.isinf(limits)] = sim.n_total  # (a level not allowed holds no window at all,
+    # whatever the last windows' times: a window of too few stars has T = inf)
+    return rows
 
 
 def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool) -> None:
