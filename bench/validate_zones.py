@@ -115,7 +115,8 @@ def summarise(runs: dict) -> dict:
     verdict = {}
     shared, zoned = out.get("shared", {}), out.get("zones", {})
     for k in keys:
-        if k in shared and k in zoned and k not in ("steps", "wall_s"):
+        # (costs, and the energy error, which is rounding on both sides, are reported only)
+        if k in shared and k in zoned and k not in ("steps", "wall_s", "max_abs_dE_rel"):
             n_a = len(runs["shared"])
             n_b = len(runs["zones"])
             se = np.hypot(shared[k]["std"] / np.sqrt(n_a), zoned[k]["std"] / np.sqrt(n_b))
@@ -134,7 +135,8 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
     import matplotlib.pyplot as plt
 
     docs = ROOT / "docs"
-    tag = f"N{args.n}" + "".join(f"_{x.split('=')[0].split('.')[-1]}" for x in args.extra)
+    tag = f"N{args.n}" + "".join(f"_{x.split('=')[0].split('.')[-1]}{x.split('=')[1]}"
+                                 for x in args.extra)
     fig, ax = plt.subplots(figsize=(7, 5))
     for name, colour in (("shared", "k"), ("zones", "C3")):
         for i, r in enumerate(runs[name]):

@@ -600,3 +600,5 @@ def test_zone_validation_verdict_is_the_difference_over_its_standard_error():
     assert summarise({"shared": shared, "zones": far})["verdict"][
         "t_ncore_below_100"]["within_2_sigma"] is False
     assert "steps" not in s["verdict"]  # (costs are reported, not judged)
+    rounding = [{"max_abs_dE_rel": x} for x in (1e-14, 2e-14)]
+    assert "max_abs_dE_rel" not in summarise({"shared": rounding, "zones": rounding})["verdict"]
