@@ -42,7 +42,7 @@ class Relaxation(Process):
             work.selection = relax_and_select(sim, work.states, work.dt, work.coulomb_ratio,
                                               work.beta_stats, work.p_stats, work.due,
                                               work.dt_ratio)
-        else:  # (with time-step zones: the pairs with a due row, each for its rows' steps)
+        else:  # (with time-step zones: the pairs with a due row, each for its owed time)
             s = sim.stars
             relax_pairs(sim.r_all, sim.offset, s.m, s.vr, s.vt, work.states, work.dt,
                         float(sim.state.n0), work.coulomb_ratio, work.beta_stats,
@@ -55,7 +55,8 @@ def relax_and_select(sim: Simulation, states: np.ndarray, dt: float, coulomb_rat
     """Relaxation with strong-encounter selection, three-body and wide-binary selection.
 
     ``due`` (time-step zones): only the pairs and triplets with a due row take part, each for
-    ``dt`` times the mean of its rows' ``dt_ratio``, and only due binaries break.  Returns the
+    ``dt`` times its rows' ``dt_ratio`` (a pair's rows carry the same: its shorter owed time;
+    a triplet takes the mean of its three), and only due binaries break.  Returns the
     arguments of :func:`physics.encounters.apply_events` after ``states``: (encounter,
     enc_phi, enc_w, formed, block_stats, wide).
     """

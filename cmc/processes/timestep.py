@@ -47,8 +47,8 @@ class TimeStep(Process):
     reads = ("radii, masses, speeds; the central binaries; the last step's dt, stripped mass "
              "and mass taken by stellar evolution")
     changes = ("work.dt, coulomb_ratio, t_bs, t_bb, binary_limited; with run.zones > 1 the "
-               "zones (work.zone_rows, zone_level, n_stepped, due_rows, dt_ratio) and the due "
-               "rows' t_last")
+               "zones (work.zone_rows, zone_bounds, zone_level, due, n_stepped, dt_ratio), the "
+               "stars' zone (cut to the cap) and the relaxed rows' t_last")
     draws = ""
 
     def __init__(self, sim: Simulation) -> None:
