@@ -67,9 +67,8 @@ class Simulation:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        #: (with run.zones > 1 the table carries the zones' clock, started at the run's time
-        #: where the checkpoint had none)
-        self.stars = stars.with_zone_fields(cfg.run.zones > 1, state.time)
+        #: (with run.zones > 1 the table carries the zones' fields)
+        self.stars = stars.with_zone_fields(cfg.run.zones > 1)
         self.state = state
         self.streams = streams
         self.outdir = Path(outdir) if outdir is not None else None

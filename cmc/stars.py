@@ -6,7 +6,14 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from cmc.fields import BINARY_NAMES, FIELD_BY_NAME, ZONE_NAMES, saved_names, table_fields
+from cmc.fields import (
+    BINARY_NAMES,
+    FIELD_BY_NAME,
+    ZONE_FIELDS,
+    ZONE_NAMES,
+    saved_names,
+    table_fields,
+)
 
 
 class StarTable:
@@ -25,7 +32,7 @@ class StarTable:
         n = None
         clean: dict[str, np.ndarray] = {}
         with_binaries = any(name in data for name in BINARY_NAMES)
-        for f in table_fields(with_binaries, "se_tphys" in data, "t_last" in data):
+        for f in table_fields(with_binaries, "se_tphys" in data, ZONE_NAMES[0] in data):
             if f.name in data:
                 arr = np.ascontiguousarray(data[f.name], dtype=f.dtype)
             else:
@@ -63,17 +70,18 @@ class StarTable:
     @property
     def has_zone_fields(self) -> bool:
         """Whether the table carries the time-step zones' clock (``run.zones`` > 1)."""
-        return "t_last" in self._data
+        return ZONE_NAMES[0] in self._data
 
-    def with_zone_fields(self, on: bool, time: float) -> StarTable:
-        """This table with the zones' fields (new: clocks at ``time``, every star in zone 0)
-        when ``on``, without them otherwise (the same table when nothing changes)."""
+    def with_zone_fields(self, on: bool) -> StarTable:
+        """This table with the zones' fields at their defaults (every star in zone 0, its
+        clock NaN: started by the next step's plan at that step's start) when ``on``,
+        without them otherwise (the same table when nothing changes)."""
         if on == self.has_zone_fields:
             return self
         data = dict(self._data)
         if on:
-            data["t_last"] = np.full(len(self), time)
-            data["zone"] = np.zeros(len(self), dtype=np.int32)
+            data.update({f.name: np.full(len(self), f.default, dtype=f.dtype)
+                         for f in ZONE_FIELDS})
         else:
             for name in ZONE_NAMES:
                 del data[name]

@@ -46,24 +46,30 @@ def due_level(step: int, zones: int) -> int:
     return min((step & -step).bit_length() - 1, zones - 1)
 
 
+def allowed_levels(sim: Simulation, dt: float) -> np.ndarray:
+    """Which of the levels 1 .. Z - 1 may hold stars now: those whose step ``2^z dt`` is at
+    most ``run.zone_dt_max`` (a prefix: True up to the longest allowed)."""
+    cfg = sim.cfg.run
+    return dt * 2.0 ** np.arange(1, cfg.zones) <= cfg.zone_dt_max * sim.state.t_rh0
+
+
 def zone_rows(sim: Simulation, dt: float, coulomb_ratio: float, scan: tuple,
-              centre_fixed: bool) -> np.ndarray:
+              centre_fixed: bool, allowed: np.ndarray) -> np.ndarray:
     """Global rows of the levels up to each ``z = 0 .. Z - 2``: rows ``[0, rows[z])`` are
     in levels ``<= z`` (collective: one reduction of Z - 1 numbers under MPI).
 
     ``scan`` is the time step's ``(moments, first block, blocks in all, gathered boundary
     rows or None)``; window ``w`` is above level ``z`` when its relaxation time is at least
-    ``2^(z+1) dt / (2 run.zone_theta_max / pi)^2`` and ``2^(z+1) dt`` is at most
-    ``run.zone_dt_max``; level ``z`` reaches to the last window that is not.
+    ``2^(z+1) dt / (2 run.zone_theta_max / pi)^2`` and level ``z + 1`` is ``allowed``
+    (:func:`allowed_levels`); level ``z`` reaches to the last window that is not.
     ``centre_fixed``: the step was set by the central objects' binary or collision time
     scales, so the windows holding them are in level 0.
     """
     cfg = sim.cfg.run
     levels = cfg.zones
     factor = (2.0 * cfg.zone_theta_max / math.pi) ** 2
-    steps = dt * 2.0 ** np.arange(1, levels)  # the steps of levels 1 .. Z - 1
-    # a level whose step is over run.zone_dt_max holds no window: its bound is at the end
-    limits = np.where(steps <= cfg.zone_dt_max * sim.state.t_rh0, steps / factor, np.inf)
+    # a level not allowed holds no window: its bound is at the end
+    limits = np.where(allowed, dt * 2.0 ** np.arange(1, levels) / factor, np.inf)
     last = np.full(levels - 1, -1, dtype=np.int64)
     moments, block0, nb_total, edge = scan
     width = cfg.dt_window // MIN_CHUNK
@@ -76,7 +82,7 @@ def zone_rows(sim: Simulation, dt: float, coulomb_ratio: float, scan: tuple,
     if centre_fixed:
         last = np.maximum(last, (min(CENTRAL_STARS, sim.n_total) - 1) // (width * MIN_CHUNK))
     rows = np.minimum((last + 1) * width * MIN_CHUNK, sim.n_total)
-    rows[np.isinf(limits)] = sim.n_total  # (a level not allowed holds no window at all,
+    rows[~allowed] = sim.n_total  # (a level not allowed holds no window at all,
     # whatever the last windows' times: a window of too few stars has T = inf)
     return rows
 
@@ -89,13 +95,13 @@ def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool)
     """
     st = sim.state
     levels = sim.cfg.run.zones
-    rows = zone_rows(sim, work.dt, work.coulomb_ratio, scan, centre_fixed)
+    allowed = allowed_levels(sim, work.dt)
+    rows = zone_rows(sim, work.dt, work.coulomb_ratio, scan, centre_fixed, allowed)
     level = due_level(st.step, levels)
     stars = sim.stars
-    # the longest step allowed now (run.zone_dt_max): a star drawn when dt was shorter may
-    # hold a zone whose step is now over it (dt grows as well as shrinks)
-    cap = sim.cfg.run.zone_dt_max * st.t_rh0
-    top = int(np.count_nonzero(work.dt * 2.0 ** np.arange(1, levels) <= cap))
+    # the longest zone allowed now: a star drawn when dt was shorter may hold a zone whose
+    # step is now over run.zone_dt_max (dt grows as well as shrinks)
+    top = int(np.count_nonzero(allowed))
     due = np.empty(stars.n, dtype=np.bool_)
     work.dt_ratio = np.empty(stars.n)
     n_due = plan_rows(stars.zone, stars.t_last, st.time, st.time + work.dt, work.dt, level,
