@@ -178,13 +178,23 @@ def test_plan_rows_equals_its_numpy_twin(n, relax):
     np.testing.assert_array_equal(frozen, want_frozen)
     np.testing.assert_array_equal(status, np.where(want_frozen, ORBIT_REMOVED, status0))
     r_all, gidx = np.sort(rng.random(n)), rng.permutation(n)
-    r_new, p_oo, p_on, r_apo = (rng.random(n) for _ in range(4))
+    r_new, p_oo, r_apo = (rng.random(n) for _ in range(3))
+    p_on = -1.0 / r_new  # new orbits about a unit point mass, some reaching in past bounds
+    vr_new, vt_new = rng.normal(0.0, 0.8, n), np.abs(rng.normal(0.0, 0.8, n))
+    bound_r = np.array([0.05, 0.1, 0.2, 0.4])
+    bound_phi = -1.0 / bound_r
     drawn = np.empty(n, dtype=np.bool_)
-    thaw_rows(frozen, r_all, gidx, status, r_new, p_oo, p_on, r_apo, drawn)
+    zone_in = zone.copy()
+    thaw_rows(frozen, r_all, gidx, status, r_new, vr_new, vt_new, p_oo, p_on, r_apo,
+              bound_r, bound_phi, zone, drawn)
     np.testing.assert_array_equal(status, status0)
     np.testing.assert_array_equal(r_new[frozen], r_all[gidx[frozen]])
     assert not (p_oo[frozen].any() or p_on[frozen].any() or r_apo[frozen].any())
     np.testing.assert_array_equal(drawn, (status0 == ORBIT_OK) & ~frozen)
+    want_zone = np.where(drawn, _pericentre_zones_twin(r_new, vr_new, vt_new, -1.0 / r_new,
+                                                       bound_r, bound_phi), zone_in)
+    np.testing.assert_array_equal(zone, want_zone)
+    assert len(np.unique(zone[drawn])) > 2  # the orbits reach in to several bounds
 
 
 def _sim(zones: int, n: int = 2000, emulate: int = 0, extra: tuple = (UNCAPPED,)
@@ -232,12 +242,23 @@ def test_a_run_with_zones_steps_the_due_stars_and_conserves_energy():
     assert abs(sim.history["dE_rel"][-1]) < 1e-12
 
 
+def _pericentre_zones_twin(r: np.ndarray, vr: np.ndarray, vt: np.ndarray, phi: np.ndarray,
+                           bound_r: np.ndarray, bound_phi: np.ndarray) -> np.ndarray:
+    """The numpy twin of :func:`physics.zones.thaw_rows`'s zones: the number of level bounds
+    ``B`` (``bound_r``, the potential there ``bound_phi``) below ``r`` inside the orbit's
+    pericentre, where ``Q(B) = 2 (E - phi(B)) - J^2 / B^2 < 0``."""
+    e2 = 2.0 * phi + vr * vr + vt * vt
+    j2 = (r * vt) ** 2
+    zone = np.zeros(r.shape, dtype=np.int32)
+    for b, pb in zip(bound_r, bound_phi, strict=True):
+        zone += ((b < r) & (e2 - 2.0 * pb - j2 / (b * b) < 0.0)).astype(np.int32)
+    return zone
+
+
 def test_pericentre_zones_counts_the_bounds_inside_the_orbit():
     """A Kepler orbit about a unit point mass (phi = -1/r) with pericentre 0.3 and apocentre
     2: bounds at 0.1 and 0.2 are inside its pericentre (zone 2), 0.5 is not; a bound outside
     the star's radius never counts; a radial orbit (J = 0) reaches every bound (zone 0)."""
-    from cmc.processes.zones import pericentre_zones
-
     rp, ra = 0.3, 2.0
     a, e = 0.5 * (rp + ra), (ra - rp) / (ra + rp)
     energy, jang = -0.5 / a, np.sqrt(a * (1 - e * e))
@@ -246,9 +267,10 @@ def test_pericentre_zones_counts_the_bounds_inside_the_orbit():
     vr = np.sqrt(np.maximum(2 * (energy + 1 / r) - vt ** 2, 0.0))
     vr[3] = np.sqrt(2 * (energy + 1.0))
     bounds = np.array([0.1, 0.2, 0.5, 0.35])
-    got = pericentre_zones(r, vr, vt, -1.0 / r, np.sort(bounds)[:3], -1.0 / np.sort(bounds)[:3])
+    inner = np.sort(bounds)[:3]
+    got = _pericentre_zones_twin(r, vr, vt, -1.0 / r, inner, -1.0 / inner)
     assert got.tolist() == [2, 2, 2, 0]
-    got = pericentre_zones(r, vr, vt, -1.0 / r, np.array([0.1, 0.2, 0.29, 0.31]),
+    got = _pericentre_zones_twin(r, vr, vt, -1.0 / r, np.array([0.1, 0.2, 0.29, 0.31]),
                            -1.0 / np.array([0.1, 0.2, 0.29, 0.31]))
     assert got.tolist() == [3, 3, 3, 0]
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from cmc.errors import InputError
 from cmc.processes.base import Process, StepWork
-from cmc.processes.zones import pericentre_zones
 from parallel.balance import (
     TAG_INPUTS,
     TAG_RESULTS,
@@ -73,18 +72,17 @@ class NewOrbits(Process):
             # radius and velocities; the kernel skips them as it skips the removed ones
             frozen = np.empty(n, dtype=np.bool_)
             freeze_rows(stars.zone, work.zone_level, work.status, frozen)
+            work.frozen = frozen
         sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx, work.block_start, stars.m,
                    stars.vr, stars.vt, work.states, float(sim.state.r_tidal), r_new,
                    work.vr_new, work.vt_new, work.phi_oo, work.phi_on, work.status,
                    work.counters, work.r_apo)
         if frozen is not None:
-            drawn = np.empty(n, dtype=np.bool_)
-            thaw_rows(frozen, sim.r_all, work.gidx, work.status, r_new, work.phi_oo,
-                      work.phi_on, work.r_apo, drawn)
-            rows = np.flatnonzero(drawn)
-            stars.zone[rows] = pericentre_zones(r_new[rows], work.vr_new[rows],
-                                                work.vt_new[rows], work.phi_on[rows],
-                                                *work.zone_bounds)
+            drawn = np.empty(n, dtype=np.bool_)  # (the drawn rows' zones: their new
+            # orbits' pericentre zones, in the same pass)
+            thaw_rows(frozen, sim.r_all, work.gidx, work.status, r_new, work.vr_new,
+                      work.vt_new, work.phi_oo, work.phi_on, work.r_apo, *work.zone_bounds,
+                      stars.zone, drawn)
         sim.streams.states[work.rows, work.subs] = work.states
         removed = work.status == ORBIT_REMOVED
         if removed.any():  # the kernel left their outputs undefined; r is the sort's key

@@ -118,20 +118,6 @@ def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool)
     work.n_stepped = int(round(float(allreduce_sum(sim.comm, np.array([float(n_due)]))[0])))
 
 
-def pericentre_zones(r: np.ndarray, vr: np.ndarray, vt: np.ndarray, phi: np.ndarray,
-                     bound_r: np.ndarray, bound_phi: np.ndarray) -> np.ndarray:
-    """The zone of each orbit (radius ``r``, velocities ``vr``, ``vt``, potential ``phi`` at
-    ``r`` [Hénon units]): the number of level bounds ``B_z`` (``bound_r``, the potential there
-    ``bound_phi``) inside its pericentre, i.e. below ``r`` where ``Q(B) = 2 (E - phi(B)) -
-    J^2 / B^2 < 0`` (the orbit does not reach in to ``B``)."""
-    e2 = 2.0 * phi + vr * vr + vt * vt
-    j2 = (r * vt) ** 2
-    zone = np.zeros(r.shape, dtype=np.int32)
-    for b, pb in zip(bound_r, bound_phi, strict=True):
-        zone += ((b < r) & (e2 - 2.0 * pb - j2 / (b * b) < 0.0)).astype(np.int32)
-    return zone
-
-
 def zone_columns(work: StepWork, zones: int) -> dict:
     """The diagnostics columns of the zones: the step's level, the stars due, and each
     level's outer bound (rows)."""
