@@ -333,7 +333,6 @@ def parallel_sort(
     share_uniform: bool = False,
     splitters: np.ndarray | None = None,
     report: dict | None = None,
-    in_order: np.ndarray | None = None,
 ) -> Fields:
     """Sort star records globally and leave them in the block decomposition.
 
@@ -378,12 +377,6 @@ def parallel_sort(
         block bounds (global row numbers) the guesses stood for: a caller's measure of its
         guesses (the same on every rank).  On ``P > 1`` ranks ``"n_total"`` too: the number
         of stars sorted, on all ranks (the caller needs no reduction of its own for it).
-    in_order : numpy.ndarray of bool, optional
-        One flag per local star: True where its record is known to be in ``(key,
-        tiebreak)`` order among the flagged ones already (a step with time-step zones: the
-        stars that kept their radius).  On one rank only the others are sorted and then
-        merged in (checked: out-of-order flags fall back to the full sort); the result is
-        the same for any flags.  Ignored on several ranks.
 
     Returns
     -------
@@ -399,7 +392,7 @@ def parallel_sort(
     _check_params(sample_size, chunk)
     size = comm.Get_size()
     if size == 1:
-        return _sorted_fields(fields, key, tiebreak, rows, share_uniform, in_order)
+        return _sorted_fields(fields, key, tiebreak, rows, share_uniform)
     if splitters is not None:
         guesses = _guess_rows(splitters, size)
         if guesses is None:

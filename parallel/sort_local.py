@@ -377,114 +377,11 @@ def _order_ties(key: np.ndarray, tiebreak: np.ndarray, order: np.ndarray, take) 
     return order
 
 
-#: The merge path of :func:`_selected_order` pays when at least this share of the rows is in
-#: order already (below, sorting every row costs about as much).
-IN_ORDER_MIN_SHARE = 0.5
-
-
-@njit(cache=True)
-def _split_in_order(key, tiebreak, in_order, keep):
-    """The kept rows (``keep``) split into those flagged ``in_order`` and the others, each
-    list increasing; ``ok`` is False when the flagged rows are not in ``(key, tiebreak)``
-    order (or a kept key is NaN): the caller then sorts every row."""
-    n = key.shape[0]
-    n_in = 0
-    n_out = 0
-    for i in range(n):
-        if keep[i]:
-            if in_order[i]:
-                n_in += 1
-            else:
-                n_out += 1
-    fixed = np.empty(n_in, dtype=np.int64)
-    moving = np.empty(n_out, dtype=np.int64)
-    a = 0
-    b = 0
-    ok = True
-    for i in range(n):
-        if not keep[i]:
-            continue
-        if key[i] != key[i]:
-            ok = False
-        if in_order[i]:
-            if a > 0:
-                p = fixed[a - 1]
-                if key[i] < key[p] or (key[i] == key[p] and tiebreak[i] < tiebreak[p]):
-                    ok = False
-            fixed[a] = i
-            a += 1
-        else:
-            moving[b] = i
-            b += 1
-    return fixed, moving, ok
-
-
-@njit(cache=True)
-def _merge_rows(key, tiebreak, a, b):
-    """The rows of two lists, each in ``(key, tiebreak)`` order, merged into one: equal pairs
-    by row number, as a stable sort of all rows orders them."""
-    na = a.shape[0]
-    nb = b.shape[0]
-    out = np.empty(na + nb, dtype=np.int64)
-    i = 0
-    j = 0
-    o = 0
-    while i < na and j < nb:
-        ra = a[i]
-        rb = b[j]
-        kb = key[rb]
-        ka = key[ra]
-        if kb < ka or (kb == ka and (tiebreak[rb] < tiebreak[ra]
-                                     or (tiebreak[rb] == tiebreak[ra] and rb < ra))):
-            out[o] = rb
-            j += 1
-        else:
-            out[o] = ra
-            i += 1
-        o += 1
-    while i < na:
-        out[o] = a[i]
-        i += 1
-        o += 1
-    while j < nb:
-        out[o] = b[j]
-        j += 1
-        o += 1
-    return out
-
-
-def _order_with_in_order(key: np.ndarray, tiebreak: np.ndarray, in_order: np.ndarray,
-                         keep: np.ndarray) -> np.ndarray | None:
-    """The kept rows sorted by ``(key, tiebreak)`` when the rows flagged ``in_order`` are
-    in that order already: the others are sorted and merged in, ``O(n + k log k)`` for ``k``
-    unflagged rows instead of a sort of all ``n``; the same order as a sort of all.  None
-    when the flagged rows are not in order (or are too few to pay)."""
-    fixed, moving, ok = _split_in_order(key, tiebreak, in_order, keep)
-    if not ok or fixed.size < IN_ORDER_MIN_SHARE * (fixed.size + moving.size):
-        return None
-    if moving.size:
-        moving = gather_rows(moving, _local_order(gather_rows(key, moving),
-                                                  gather_rows(tiebreak, moving)))
-    return _merge_rows(key, tiebreak, fixed, moving)
-
-
 def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
-                    rows: np.ndarray | None, in_order: np.ndarray | None = None) -> np.ndarray:
+                    rows: np.ndarray | None) -> np.ndarray:
     """Indices (into the full arrays) of the ``rows`` (all if None) sorted by
     ``(key, tiebreak)``: only the two keys are compacted, the other fields are read once, in
-    sorted order, by the caller.  ``in_order``: a flag per row, True for rows known to be in
-    ``(key, tiebreak)`` order already (the rows that kept their radius in a step with
-    time-step zones): :func:`_order_with_in_order`, checked, with the same result."""
-    if in_order is not None and tiebreak is not None and key.ndim == 1:
-        if rows is None:
-            keep = np.ones(key.size, dtype=np.bool_)
-        else:
-            keep = np.zeros(key.size, dtype=np.bool_)
-            keep[rows] = True
-        order = _order_with_in_order(np.ascontiguousarray(key), np.ascontiguousarray(tiebreak),
-                                     np.ascontiguousarray(in_order, dtype=np.bool_), keep)
-        if order is not None:
-            return order
+    sorted order, by the caller."""
     if rows is None:
         return _local_order(key, tiebreak)
     if 2 * rows.size < key.size:  # most rows dropped: sort the kept keys only
@@ -500,15 +397,13 @@ def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
 
 
 def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,
-                   rows: np.ndarray | None = None, share_uniform: bool = False,
-                   in_order: np.ndarray | None = None) -> Fields:
+                   rows: np.ndarray | None = None, share_uniform: bool = False) -> Fields:
     """Serial path: sort every array of ``fields`` (its ``rows`` only) by ``(key, tiebreak)``;
-    ``share_uniform``, ``in_order``: see :func:`parallel_sort`."""
+    ``share_uniform``: see :func:`parallel_sort`."""
     err = _fields_error(fields, key, tiebreak, rows)
     if err:
         raise ValueError(err)
-    order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows,
-                            in_order)
+    order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
     # a column holding one value needs no permutation: its random reads are a sort's cost
     same = _uniform_fields(fields, key, tiebreak)
     return {name: _uniform_column(arr, same[name], order.size, share_uniform) if name in same

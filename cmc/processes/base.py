@@ -34,9 +34,6 @@ class StepWork:
     due: np.ndarray | None = None
     n_stepped: int = 0
     dt_ratio: np.ndarray | None = None
-    #: the local rows that kept their radius in the orbit step (zones not due): still in the
-    #: last sort's order, so the sort merges the others in among them
-    frozen: np.ndarray | None = None
     #: the local blocks' (stream row, sub-stream) and their generator states (nb, 4)
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     subs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))

@@ -72,7 +72,6 @@ class NewOrbits(Process):
             # radius and velocities; the kernel skips them as it skips the removed ones
             frozen = np.empty(n, dtype=np.bool_)
             freeze_rows(stars.zone, work.zone_level, work.status, frozen)
-            work.frozen = frozen
         sim.orbits(sim.r_all, sim.phi_all, sim.mcum_all, work.gidx, work.block_start, stars.m,
                    stars.vr, stars.vt, work.states, float(sim.state.r_tidal), r_new,
                    work.vr_new, work.vt_new, work.phi_oo, work.phi_on, work.status,

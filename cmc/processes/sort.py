@@ -25,8 +25,7 @@ class Sort(Process):
 
     name = "sort"
     timer = "sort"
-    reads = "the table's new r (work.keep_rows: the rows that stay; work.frozen: the rows " \
-            "still in order)"
+    reads = "the table's new r (work.keep_rows: the rows that stay)"
     changes = "the star table (new order), r_all, m_all, phi_all, mcum_all, n_total, offset; " \
               "work.r_old_all, old_bounds"
 
@@ -51,8 +50,7 @@ class Sort(Process):
         report: dict = {}
         sorted_fields = parallel_sort(sim.comm, sim.stars.as_dict(), key="r", tiebreak="id",
                                       sample_size=cfg.sample_size or None, rows=work.keep_rows,
-                                      share_uniform=True, splitters=hint, report=report,
-                                      in_order=work.frozen)
+                                      share_uniform=True, splitters=hint, report=report)
         miss = guess_deviation(report)
         if not math.isnan(miss):  # the bounds' random walk per step, smoothed (the same on
             # every rank: it comes from global counts)
