@@ -26,8 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BIN = Path(sys.executable).parent
 
-#: times [t_rh0] at which the Lagrange radii and r_c/r_h are compared
-MARKS = (5.0, 10.0, 15.0)
+#: times [t_rh0] at which the Lagrange radii and r_c/r_h are compared (``--marks``: before
+#: the earliest collapse of the model, so that every run is still going)
+MARKS = [5.0, 10.0, 15.0]
+#: ``--late T``: also the medians of r_c/r_h and the binary fractions over t >= T [t_rh0]
+LATE: list[float] = []
 
 
 def _seeds(text: str) -> list[int]:
@@ -81,6 +84,13 @@ def analyse(out: Path) -> dict:
         if k < t.size:
             rec[f"lagrange_at_{mark:g}"] = lag[k].tolist()
             rec[f"rc_rh_at_{mark:g}"] = float(d["r_c"][k] / d["r_h"][k])
+    if LATE:  # past the collapse (binaries): medians over t >= LATE[0]
+        late = t >= LATE[0]
+        if late.any():
+            rec["rc_rh_median_late"] = float(np.median(d["r_c"][late] / d["r_h"][late]))
+            for col in ("binary_fraction", "binary_fraction_core"):
+                if col in d:
+                    rec[f"{col}_median_late"] = float(np.median(d[col][late]))
     rec["lagrange_fractions"] = [0.001, 0.01, 0.1, 0.5, 0.9]
     rec["wall_s"] = float((out / "wall_s.txt").read_text())
     if "n_stepped" in d:
@@ -100,7 +110,8 @@ def summarise(runs: dict) -> dict:
     """Means and scatter per setting, and the zones' mean against the shared step's scatter
     (the standard error of the difference of two means of independent seeds)."""
     keys = ["t_ncore_below_100", "t_rc_below_0.1_rc0", "max_abs_dE_rel", "mass_lost_fraction",
-            "steps", "wall_s"] + [f"rc_rh_at_{m:g}" for m in MARKS]
+            "steps", "wall_s"] + [f"rc_rh_at_{m:g}" for m in MARKS] + \
+        ["rc_rh_median_late", "binary_fraction_median_late", "binary_fraction_core_median_late"]
     out: dict = {}
     for name, recs in runs.items():
         out[name] = {k: _stats([r[k] for r in recs if k in r]) for k in keys
@@ -175,7 +186,10 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
              f"({len(runs['shared'])} seeds)",
              "", f"`python bench/validate_zones.py --n {args.n} --seeds "
              f"{args.seeds_text} --zones {args.zones} --theta-max {args.theta_max:g} "
-             f"--dt-window {args.dt_window}" + "".join(f" --set {x}" for x in args.extra)
+             f"--dt-window {args.dt_window}"
+             + (f" --marks {args.marks}" if args.marks != "5,10,15" else "")
+             + (f" --late {args.late:g}" if args.late is not None else "")
+             + "".join(f" --set {x}" for x in args.extra)
              + f"` ({record['made']}; per run {args.threads} thread(s), "
              f"{args.jobs} runs at once).  Mean ± standard deviation [min, max] over seeds; "
              "'difference' is zones - shared in units of the standard error of that difference.",
@@ -183,6 +197,11 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
     for k, label in (("t_ncore_below_100", "t(N_core <= 100) / t_rh0"),
                      ("t_rc_below_0.1_rc0", "t(r_c < 0.1 r_c0) / t_rh0"),
                      *((f"rc_rh_at_{m:g}", f"r_c / r_h at {m:g} t_rh0") for m in MARKS),
+                     *((k, f"{label} (median, t >= {LATE[0]:g} t_rh0)") for k, label in (
+                         ("rc_rh_median_late", "r_c / r_h"),
+                         ("binary_fraction_median_late", "binary fraction"),
+                         ("binary_fraction_core_median_late", "core binary fraction"))
+                       if LATE),
                      ("max_abs_dE_rel", "max |dE/E0|"),
                      ("mass_lost_fraction", "mass lost / M0"), ("steps", "steps"),
                      ("wall_s", "wall time [s]")):
@@ -231,11 +250,19 @@ def main() -> None:
     ap.add_argument("--dt-window", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--late", type=float, default=None,
+                    help="also compare the medians of r_c/r_h and the binary fractions over "
+                         "t >= LATE [t_rh0] (past the collapse)")
+    ap.add_argument("--marks", default="5,10,15",
+                    help="times [t_rh0] of the Lagrange radii and r_c/r_h compared (before "
+                         "the earliest collapse)")
     ap.add_argument("--set", action="append", default=[], dest="extra",
                     help="another setting of both runs, section.key=value (repeatable)")
     args = ap.parse_args()
     args.seeds_text = args.seeds
     args.seeds = _seeds(args.seeds)
+    MARKS[:] = [float(x) for x in args.marks.split(",")]
+    LATE[:] = [] if args.late is None else [args.late]
     jobs = [(s, z) for s in args.seeds for z in (1, args.zones)]
     with ThreadPoolExecutor(args.jobs) as pool:
         outs = list(pool.map(lambda sz: run_one(args.n, sz[0], sz[1], args.theta_max,
