@@ -26,11 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BIN = Path(sys.executable).parent
 
-#: times [t_rh0] at which the Lagrange radii and r_c/r_h are compared (``--marks``: before
-#: the earliest collapse of the model, so that every run is still going)
-MARKS = [5.0, 10.0, 15.0]
-#: ``--late T``: also the medians of r_c/r_h and the binary fractions over t >= T [t_rh0]
-LATE: list[float] = []
+#: times [t_rh0] at which the Lagrange radii and r_c/r_h are compared by default (``--marks``:
+#: before the earliest collapse of the model, so that every run is still going)
+MARKS = (5.0, 10.0, 15.0)
+#: the medians compared past the collapse (``--late T``: over t >= T [t_rh0])
+LATE_KEYS = (("rc_rh_median_late", "r_c / r_h"), ("binary_fraction_median_late", "binary fraction"),
+             ("binary_fraction_core_median_late", "core binary fraction"))
 
 
 def _seeds(text: str) -> list[int]:
@@ -70,8 +71,9 @@ def run_one(n: int, seed: int, zones: int, theta: float, window: int, threads: i
     return out
 
 
-def analyse(out: Path) -> dict:
-    """The run's figures (bench/validate.py's, and the zones' own)."""
+def analyse(out: Path, marks: tuple[float, ...] = MARKS, late: float | None = None) -> dict:
+    """The run's figures (bench/validate.py's, and the zones' own) at the times ``marks``
+    [t_rh0], and with ``late`` the medians of :data:`LATE_KEYS` over t >= ``late``."""
     from bench.validate import analyse as base
     from cmc.io import read_diagnostics
 
@@ -79,18 +81,17 @@ def analyse(out: Path) -> dict:
     rec = base(out)
     t = d["time_trh"]
     lag = np.asarray(d["lagrange_radii"])
-    for mark in MARKS:
+    for mark in marks:
         k = int(np.searchsorted(t, mark))
         if k < t.size:
             rec[f"lagrange_at_{mark:g}"] = lag[k].tolist()
             rec[f"rc_rh_at_{mark:g}"] = float(d["r_c"][k] / d["r_h"][k])
-    if LATE:  # past the collapse (binaries): medians over t >= LATE[0]
-        late = t >= LATE[0]
-        if late.any():
-            rec["rc_rh_median_late"] = float(np.median(d["r_c"][late] / d["r_h"][late]))
-            for col in ("binary_fraction", "binary_fraction_core"):
-                if col in d:
-                    rec[f"{col}_median_late"] = float(np.median(d[col][late]))
+    after = t >= late if late is not None else np.zeros(t.size, dtype=bool)
+    if after.any():  # past the collapse (binaries)
+        rec["rc_rh_median_late"] = float(np.median(d["r_c"][after] / d["r_h"][after]))
+        for col in ("binary_fraction", "binary_fraction_core"):
+            if col in d:
+                rec[f"{col}_median_late"] = float(np.median(d[col][after]))
     rec["lagrange_fractions"] = [0.001, 0.01, 0.1, 0.5, 0.9]
     rec["wall_s"] = float((out / "wall_s.txt").read_text())
     if "n_stepped" in d:
@@ -106,17 +107,16 @@ def _stats(values: list[float]) -> dict:
             "min": float(np.min(a)), "max": float(np.max(a))}
 
 
-def summarise(runs: dict) -> dict:
+def summarise(runs: dict, marks: tuple[float, ...] = MARKS) -> dict:
     """Means and scatter per setting, and the zones' mean against the shared step's scatter
     (the standard error of the difference of two means of independent seeds)."""
     keys = ["t_ncore_below_100", "t_rc_below_0.1_rc0", "max_abs_dE_rel", "mass_lost_fraction",
-            "steps", "wall_s"] + [f"rc_rh_at_{m:g}" for m in MARKS] + \
-        ["rc_rh_median_late", "binary_fraction_median_late", "binary_fraction_core_median_late"]
+            "steps", "wall_s"] + [f"rc_rh_at_{m:g}" for m in marks] + [k for k, _ in LATE_KEYS]
     out: dict = {}
     for name, recs in runs.items():
         out[name] = {k: _stats([r[k] for r in recs if k in r]) for k in keys
                      if any(k in r for r in recs)}
-        for m in MARKS:
+        for m in marks:
             lag = [r[f"lagrange_at_{m:g}"] for r in recs if f"lagrange_at_{m:g}" in r]
             if lag:
                 out[name][f"lagrange_at_{m:g}"] = {
@@ -196,12 +196,9 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
              "", "| quantity | shared step | zones | difference / sigma |", "|---|---|---|---|"]
     for k, label in (("t_ncore_below_100", "t(N_core <= 100) / t_rh0"),
                      ("t_rc_below_0.1_rc0", "t(r_c < 0.1 r_c0) / t_rh0"),
-                     *((f"rc_rh_at_{m:g}", f"r_c / r_h at {m:g} t_rh0") for m in MARKS),
-                     *((k, f"{label} (median, t >= {LATE[0]:g} t_rh0)") for k, label in (
-                         ("rc_rh_median_late", "r_c / r_h"),
-                         ("binary_fraction_median_late", "binary fraction"),
-                         ("binary_fraction_core_median_late", "core binary fraction"))
-                       if LATE),
+                     *((f"rc_rh_at_{m:g}", f"r_c / r_h at {m:g} t_rh0") for m in args.mark_times),
+                     *((k, f"{label} (median, t >= {args.late:g} t_rh0)") for k, label in LATE_KEYS
+                       if args.late is not None),
                      ("max_abs_dE_rel", "max |dE/E0|"),
                      ("mass_lost_fraction", "mass lost / M0"), ("steps", "steps"),
                      ("wall_s", "wall time [s]")):
@@ -209,7 +206,7 @@ def write_page(args: argparse.Namespace, runs: dict, summary: dict) -> None:
         lines.append(f"| {label} | {cell(s, k)} | {cell(z, k)} | "
                      + (f"{ver['difference'] / ver['sigma']:+.2f}" if ver and ver["sigma"] > 0
                         else "-") + " |")
-    for m in MARKS:
+    for m in args.mark_times:
         key = f"lagrange_at_{m:g}"
         if key in s and key in z:
             sm, ss = np.asarray(s[key]["mean"]), np.asarray(s[key]["std"])
@@ -261,8 +258,7 @@ def main() -> None:
     args = ap.parse_args()
     args.seeds_text = args.seeds
     args.seeds = _seeds(args.seeds)
-    MARKS[:] = [float(x) for x in args.marks.split(",")]
-    LATE[:] = [] if args.late is None else [args.late]
+    args.mark_times = tuple(float(x) for x in args.marks.split(","))
     jobs = [(s, z) for s in args.seeds for z in (1, args.zones)]
     with ThreadPoolExecutor(args.jobs) as pool:
         outs = list(pool.map(lambda sz: run_one(args.n, sz[0], sz[1], args.theta_max,
@@ -270,10 +266,10 @@ def main() -> None:
                                                 tuple(args.extra)), jobs))
     runs: dict = {"shared": [], "zones": []}
     for (seed, z), out in zip(jobs, outs, strict=True):
-        rec = analyse(out)
+        rec = analyse(out, args.mark_times, args.late)
         rec["seed"] = seed
         runs["shared" if z == 1 else "zones"].append(rec)
-    summary = summarise(runs)
+    summary = summarise(runs, args.mark_times)
     write_page(args, runs, summary)
     print(json.dumps({k: v for k, v in summary.items() if k != "verdict"}, indent=1)[:3000])
     print(json.dumps(summary["verdict"], indent=1))

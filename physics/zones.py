@@ -86,11 +86,11 @@ def freeze_rows(zone, level, status, frozen):
 
 @njit(cache=True, parallel=True)
 def thaw_rows(frozen, r_all, gidx, status, r_new, vr_new, vt_new, phi_oo, phi_on, r_apo,
-              bound_r, bound_phi, zone, drawn):
+              bound_r, bound_phi, zone):
     """After the orbit kernel: the frozen rows are ``ORBIT_OK`` again at their old radius
     (their slot's), with no potential change (``phi_oo = phi_on = 0``) and no apocentre for
-    the tidal test; ``drawn``: the rows given a new orbit that stay, whose ``zone`` becomes
-    their new orbit's pericentre zone: the number of level bounds ``bound_r`` (the old
+    the tidal test; the rows given a new orbit that stay (``ORBIT_OK``) get their new
+    orbit's pericentre ``zone``: the number of level bounds ``bound_r`` (the old
     potential there ``bound_phi``) below the new radius that the orbit does not reach in to,
     ``Q(B) = 2 (E - phi(B)) - J^2 / B^2 < 0`` (``E``, ``J`` from ``r_new``, ``vr_new``,
     ``vt_new`` and ``phi_on``)."""
@@ -102,9 +102,7 @@ def thaw_rows(frozen, r_all, gidx, status, r_new, vr_new, vt_new, phi_oo, phi_on
             phi_oo[i] = 0.0
             phi_on[i] = 0.0
             r_apo[i] = 0.0
-            drawn[i] = False
         elif status[i] == ORBIT_OK:
-            drawn[i] = True
             r = r_new[i]
             e2 = 2.0 * phi_on[i] + vr_new[i] * vr_new[i] + vt_new[i] * vt_new[i]
             j2 = (r * vt_new[i]) * (r * vt_new[i])
@@ -114,5 +112,3 @@ def thaw_rows(frozen, r_all, gidx, status, r_new, vr_new, vt_new, phi_oo, phi_on
                 if b < r and e2 - 2.0 * bound_phi[k] - j2 / (b * b) < 0.0:
                     z += 1
             zone[i] = z
-        else:
-            drawn[i] = False

@@ -77,11 +77,10 @@ class NewOrbits(Process):
                    work.vr_new, work.vt_new, work.phi_oo, work.phi_on, work.status,
                    work.counters, work.r_apo)
         if frozen is not None:
-            drawn = np.empty(n, dtype=np.bool_)  # (the drawn rows' zones: their new
-            # orbits' pericentre zones, in the same pass)
+            # (and the drawn rows' zones: their new orbits' pericentre zones, in one pass)
             thaw_rows(frozen, sim.r_all, work.gidx, work.status, r_new, work.vr_new,
                       work.vt_new, work.phi_oo, work.phi_on, work.r_apo, *work.zone_bounds,
-                      stars.zone, drawn)
+                      stars.zone)
         sim.streams.states[work.rows, work.subs] = work.states
         removed = work.status == ORBIT_REMOVED
         if removed.any():  # the kernel left their outputs undefined; r is the sort's key
