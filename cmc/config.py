@@ -83,7 +83,7 @@ class RunConfig:
                         "(dt = (2 theta_max/pi)^2 min over windows); a multiple of 20; "
                         "CMC-COSMIC: 40 (2 AVEKERNEL), the CMC paper's MPI code: 20",
                         lo=20, hi=2000)
-    zones: int = _p(1, "", "radial time-step zones: the cluster is cut at window bounds into "
+    zones: int = _p(8, "", "radial time-step zones: the cluster is cut at window bounds into "
                     "zones whose steps are 1, 2, 4, ... times the innermost step, each as long "
                     "as its own windows' relaxation times allow; a zone's stars get relaxation "
                     "and new orbits only when its step comes due (docs/method.md, 'Time-step "

@@ -38,7 +38,8 @@ NOT_DETERMINISTIC = ("wall", "timer_", "t_wall", "rss", "memory")
 #: time-step limits (relaxation, binaries, tidal mass loss), strong binary-single and
 #: binary-binary encounters, three-body binaries, wide-binary breaking, tidal stripping and
 #: escape, orbits, the sort, the potential and the energy correction, a Kroupa spectrum in
-#: physical units, and COSMIC file input.
+#: physical units, COSMIC file input, and time-step zones that act (``zones``: every other
+#: case runs the default zones, capped so that they never act in so short a run).
 CASES: dict[str, tuple[str, int]] = {
     "single_mass": ("[initial]\nn = 2000\nseed = 7\n[run]\nn_core_stop = 0\n"
                     "[output]\ncheckpoint_every = 10\n", 30),
@@ -52,6 +53,9 @@ CASES: dict[str, tuple[str, int]] = {
                    "[run]\nn_core_stop = 0\ntheta_max = 1.0\ndt_window = 40\n"
                    "[binaries]\nthree_body = all\neta_min = 3\n"
                    "[output]\ncheckpoint_every = 10\n", 40),
+    "zones": (f"[initial]\nmodel = file\nfile = {COLLAPSED_CORE}\nseed = 4\n"
+              "[run]\nn_core_stop = 0\nzones = 4\nzone_dt_max = 1000\n"
+              "[output]\ncheckpoint_every = 10\n", 40),
     "cosmic_file": ("[initial]\nmodel = file\nfile = {cosmic}\nseed = 3\n[run]\nn_core_stop = 0\n"
                     "[output]\ncheckpoint_every = 10\n", 30),
 }
