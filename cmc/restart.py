@@ -37,6 +37,22 @@ def check_restart_overrides(old: Config, new: Config, overrides: list[str]) -> N
                                  "start a new run instead")
 
 
+def legacy_zones(cfg_text: str, old: Config, new: Config, overrides: list[str]) -> None:
+    """A checkpoint whose configuration has no ``run.zones`` (written before the zones existed,
+    when every run had one shared step) is a run with ``run.zones = 1``: its star table has no
+    clocks (the default is now 8).  ``old``, and ``new`` unless ``overrides`` set the key (which
+    :func:`check_restart_overrides` then refuses), get it."""
+    import configparser
+
+    parser = configparser.ConfigParser()
+    parser.read_string(cfg_text)
+    if parser.has_option("run", "zones"):
+        return
+    old.run.zones = 1
+    if not any(ov.split("=", 1)[0].strip() == "run.zones" for ov in overrides):
+        new.run.zones = 1
+
+
 def legacy_scale(state: RunState, cfg: Config, unit_mass_msun: float) -> None:
     """Scale and tidal radius for a checkpoint written before physical units and [tidal]:
     the mass unit from the stars' masses, lengths in pc as the default (1 pc per r_vir), and

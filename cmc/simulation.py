@@ -40,7 +40,7 @@ from cmc.output.files import RunOutput
 from cmc.processes.orbits import orbit_kernel
 from cmc.processes.stellar_evolution import binary_physics_settings, start_stellar_evolution
 from cmc.replicated import sync_replicated
-from cmc.restart import check_restart_overrides, legacy_scale
+from cmc.restart import check_restart_overrides, legacy_scale, legacy_zones
 from cmc.runloop import FAULT_ENV
 from cmc.runloop import run as run_loop
 from cmc.stars import StarTable
@@ -214,6 +214,7 @@ class Simulation:
         st, cfg_text, seed, table, glob_scale = meta
         old = load_config(text=cfg_text)
         cfg = load_config(text=cfg_text, overrides=overrides)
+        legacy_zones(cfg_text, old, cfg, overrides or [])
         check_restart_overrides(old, cfg, overrides or [])
         state = RunState(**{f.name: st[f.name] for f in fields(RunState) if f.name in st})
         if "r_t0" not in st:

@@ -73,6 +73,32 @@ def plan_rows(zone, clock, time, t_end, dt, level, top, relax, due, ratio):
 
 
 @njit(cache=True, parallel=True)
+def sync_rows(zone, clock, time, t_end, relax):
+    """A step in which every row is due and relaxed for the whole step (no zone may be longer
+    than the innermost one, and every clock is at the step's start ``time`` or NaN): in place,
+    what :func:`plan_rows` (``top = 0``) and the orbits' pericentre zones would leave, without
+    the per-row plan: every zone 0 and, with ``relax``, every clock at ``t_end`` (without, the NaN
+    clocks at ``time``).  Returns
+    False, changing nothing, if some clock is neither ``time`` nor NaN (it is owed more than
+    the step: the step needs :func:`plan_rows`)."""
+    n = zone.shape[0]
+    behind = 0
+    for i in prange(n):
+        c = clock[i]
+        if c == c and c != time:
+            behind += 1
+    if behind:
+        return False
+    for i in prange(n):
+        zone[i] = 0
+        if relax:
+            clock[i] = t_end
+        elif clock[i] != clock[i]:  # (unrelaxed, a new object's clock starts at the step's)
+            clock[i] = time
+    return True
+
+
+@njit(cache=True, parallel=True)
 def freeze_rows(zone, level, status, frozen):
     """Before the orbit kernel: the rows whose zone is over ``level`` and that are not
     leaving (``status`` ``ORBIT_OK``) are ``frozen`` and marked ``ORBIT_REMOVED`` for the

@@ -197,6 +197,34 @@ def test_plan_rows_equals_its_numpy_twin(n, relax):
     assert len(np.unique(zone[drawn])) > 2  # the orbits reach in to several bounds
 
 
+@pytest.mark.parametrize("relax", [True, False])
+def test_sync_rows_is_the_plan_of_a_step_with_every_row_due(relax):
+    """sync_rows (no zone may be longer than the innermost one, every clock at the step's
+    start or NaN) leaves the zones and clocks that plan_rows with top = 0 leaves, bit for bit,
+    and every row is due with unit ratios there; with one clock behind it changes nothing and
+    says so."""
+    from physics.zones import plan_rows, sync_rows
+
+    n, time, dt = 1001, 3.25, 1e-3
+    rng = np.random.default_rng(3)
+    zone = rng.integers(0, 7, n).astype(np.int32)
+    clock = np.full(n, time)
+    clock[rng.random(n) < 0.05] = np.nan
+    z_plan, c_plan = zone.copy(), clock.copy()
+    due, ratio = np.empty(n, dtype=np.bool_), np.empty(n)
+    assert plan_rows(z_plan, c_plan, time, time + dt, dt, 0, 0, relax, due, ratio) == n
+    assert due.all() and np.all(ratio[:-1] == (1.0 if relax else 0.0))
+    assert sync_rows(zone, clock, time, time + dt, relax)
+    np.testing.assert_array_equal(zone, z_plan)
+    np.testing.assert_array_equal(clock, c_plan)
+    assert not zone.any() and np.all(clock == (time + dt if relax else time))
+    clock[:] = time
+    clock[500] = time - dt  # owed more than the step: the plan's ratio would not be 1
+    zone[:] = 3
+    assert not sync_rows(zone, clock, time, time + dt, relax)
+    assert np.all(zone == 3) and clock[0] == time and clock[500] == time - dt
+
+
 def _sim(zones: int, n: int = 2000, emulate: int = 0, extra: tuple = (UNCAPPED,)
          ) -> Simulation:
     return Simulation.create(load_config(None, [
@@ -384,3 +412,45 @@ def test_zones_cannot_change_on_restart(tmp_path, _in_tmp):
     assert sim.stars.has_zone_fields and np.all(sim.stars.t_last <= sim.state.time)
     d = sim.step()
     assert d["zone_level"] == 0 and d["n_stepped"] < 1000  # step 3: the innermost level
+
+
+def _drop_zones_from_checkpoint(path) -> None:
+    """The checkpoint as a version before the zones wrote it: no ``zones`` in its [run]."""
+    import h5py
+
+    from cmc.io import content_digest
+
+    with h5py.File(path, "r+") as fh:
+        text = str(fh.attrs["config"])
+        assert "zones = 1" in text
+        fh.attrs["config"] = "\n".join(line for line in text.splitlines()
+                                       if not line.startswith("zones ="))
+        fh.attrs["sha256"] = content_digest(fh)
+
+
+def test_a_checkpoint_from_before_the_zones_restarts_with_the_shared_step(tmp_path, _in_tmp):
+    """A checkpoint whose configuration does not name run.zones was a shared-step run: it
+    restarts as one (the default is 8; its table has no clocks) and gives the uninterrupted
+    shared-step run's bits; asking it for zones is refused by name."""
+    from cmc.cli import main
+    from cmc.errors import InputError
+
+    ini = tmp_path / "m.ini"
+    ini.write_text("[initial]\nn = 1000\nseed = 5\n[run]\nn_core_stop = 0\nzones = 1\n"
+                   "[output]\ncheckpoint_every = 4\n")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(["run", str(ini), "-o", str(whole), "--set", "run.max_steps=8"]) == 0
+    assert main(["run", str(ini), "-o", str(cut), "--set", "run.max_steps=4"]) == 0
+    _drop_zones_from_checkpoint(cut / "checkpoint.h5")
+    with pytest.raises(InputError, match="run.zones: cannot change on restart"):
+        Simulation.from_checkpoint(cut / "checkpoint.h5", SerialComm(),
+                                   ["run.zones=8", "run.max_steps=8"])
+    sim = Simulation.from_checkpoint(cut / "checkpoint.h5", SerialComm(), ["run.max_steps=8"])
+    assert sim.cfg.run.zones == 1 and not sim.stars.has_zone_fields
+    assert main(["restart", str(cut), "--set", "run.max_steps=8"]) == 0
+    import h5py
+
+    with h5py.File(whole / "checkpoint.h5") as fa, h5py.File(cut / "checkpoint.h5") as fb:
+        for k in fa["stars"]:
+            np.testing.assert_array_equal(fa["stars"][k][...], fb["stars"][k][...], err_msg=k)
+        np.testing.assert_array_equal(fa["streams/states"][...], fb["streams/states"][...])

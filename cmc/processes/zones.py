@@ -31,7 +31,7 @@ from cmc.diagnostics import CENTRAL_STARS
 from parallel.comm import allreduce_max, allreduce_sum
 from parallel.decomposition import MIN_CHUNK
 from physics.relaxation import window_last_below_inside, window_last_below_straddling
-from physics.zones import plan_rows
+from physics.zones import plan_rows, sync_rows
 
 if TYPE_CHECKING:
     from cmc.processes.base import StepWork
@@ -67,6 +67,8 @@ def zone_rows(sim: Simulation, dt: float, coulomb_ratio: float, scan: tuple,
     """
     cfg = sim.cfg.run
     levels = cfg.zones
+    if not allowed.any():  # no level holds a window (the same on every rank: dt is global)
+        return np.full(levels - 1, sim.n_total, dtype=np.int64)
     factor = (2.0 * cfg.zone_theta_max / math.pi) ** 2
     # a level not allowed holds no window: its bound is at the end
     limits = np.where(allowed, dt * 2.0 ** np.arange(1, levels) / factor, np.inf)
@@ -102,10 +104,20 @@ def plan_zones(sim: Simulation, work: StepWork, scan: tuple, centre_fixed: bool)
     # the longest zone allowed now: a star drawn when dt was shorter may hold a zone whose
     # step is now over run.zone_dt_max (dt grows as well as shrinks)
     top = int(np.count_nonzero(allowed))
-    due = np.empty(stars.n, dtype=np.bool_)
-    work.dt_ratio = np.empty(stars.n)
-    n_due = plan_rows(stars.zone, stars.t_last, st.time, st.time + work.dt, work.dt, level,
-                      top, sim.cfg.run.relaxation, due, work.dt_ratio)
+    t_end = st.time + work.dt
+    relax = sim.cfg.run.relaxation
+    if top == 0 and sync_rows(stars.zone, stars.t_last, st.time, t_end, relax):
+        # every row due for the whole step: the shared step's path (the same bits as the
+        # plan's unit ratios; tests/test_golden.py), without the per-row plan, the frozen
+        # rows' passes and the pericentre zones (all 0)
+        due = None
+        work.dt_ratio = None
+        n_due = stars.n
+    else:
+        due = np.empty(stars.n, dtype=np.bool_)
+        work.dt_ratio = np.empty(stars.n)
+        n_due = plan_rows(stars.zone, stars.t_last, st.time, t_end, work.dt, level, top, relax,
+                          due, work.dt_ratio)
     inside = rows < sim.n_total  # the levels' bound radii and the (old) potential there
     bound_r = np.full(rows.shape, np.inf)
     bound_phi = np.zeros(rows.shape)
