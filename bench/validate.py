@@ -103,7 +103,9 @@ def write_report(results: list[dict]) -> Path:
              "bench/validate.py N --seeds ... [--theta-max X] [--dt-window W]`.  The choice is "
              "discussed in [performance.md](performance.md#time-to-solution).  The last row "
              "of 'Every run' gives the date and commit each run was made with ('-': before "
-             "that row existed, older code).", "",
+             "that row existed, older code).  All with the shared step (`run.zones = 1`, "
+             "CMC's); the default time-step zones against it and against these figures: "
+             "[validation_zones.md](validation_zones.md).", "",
              "## Summary: mean [min, max] over seeds", "",
              "| quantity | target | " + " | ".join(
                  f"N = {n:.0e}, theta_max {th:g}, window {w} ({len(by_n[n, th, w])} "
@@ -224,7 +226,11 @@ def main(ns: list[int], resume: bool = False, threads: int = 0,
                    "--set", "run.t_max=30",
                    "--set", f"run.threads={threads}",
                    "--set", "output.snapshot_every=0", "--set", "output.progress_every=500"]
-            cmd += ["--set", f"run.theta_max={theta_max}", "--set", f"run.dt_window={dt_window}"]
+            cmd += ["--set", f"run.theta_max={theta_max}", "--set", f"run.dt_window={dt_window}",
+                    # the shared step (CMC's): this page is the reference that the time-step
+                    # zones, the default since 2026-11-29, are validated against
+                    # (bench/validate_zones.py)
+                    "--set", "run.zones=1"]
         docs = ROOT / "docs"
         # the run's record (which code made it) goes into its directory before it starts:
         # a finished run analysed again keeps the stamp of the code that made it, an
