@@ -376,7 +376,8 @@ def cmd_nbody(args) -> int:
 
     set_numba_threads(cfg.run.threads, 1)
     run = NBodyRun(cfg, None, t_end=args.t_end,
-                   dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta)
+                   dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta,
+                   order=args.order)
     lock = RunLock(outdir)
     _acquire(lock, outdir)
     try:
@@ -384,8 +385,8 @@ def cmd_nbody(args) -> int:
         (outdir / "config.ini").write_text(cfg.to_ini())
         setup_logging(0, str(outdir / "cmc.log"))
         log.info("cmc nbody %s: N = %d, to t = %.6g N-body units (%.4g t_rh0), outputs every "
-                 "%g, eta = %g; output in %s", args.config, run.n0, run.t_end,
-                 run.t_end / run.t_rh0_nb, run.dt_out, run.nb.eta, outdir)
+                 "%g, Hermite order %d, eta = %g; output in %s", args.config, run.n0, run.t_end,
+                 run.t_end / run.t_rh0_nb, run.dt_out, run.nb.order, run.nb.eta, outdir)
         run.outdir = outdir
         reason = run.run()
     finally:
@@ -562,8 +563,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="end time in N-body units (default: run.t_max in t_rh0 converted)")
     nb.add_argument("--dt-out", type=float, metavar="D",
                     help="output interval in N-body units, a power of two (default 0.125)")
-    nb.add_argument("--eta", type=float, default=0.02,
-                    help="accuracy parameter of Aarseth's time-step criterion (default 0.02)")
+    nb.add_argument("--order", type=int, choices=(4, 6), default=4,
+                    help="order of the Hermite integrator: 4 (default) or 6 (Nitadori & "
+                    "Makino 2008)")
+    nb.add_argument("--eta", type=float,
+                    help="accuracy parameter of the time-step criterion (default 0.02 for "
+                    "--order 4, Aarseth's; 0.4 for --order 6, Nitadori & Makino's)")
     nb.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a parameter (repeatable)")
     nb.add_argument("--overwrite", action="store_true",

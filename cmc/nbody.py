@@ -3,11 +3,13 @@
 The same initial stars as ``cmc run CONFIG`` (:func:`cmc.initial.build_initial_stars`: the
 same ids, masses, radii ``r``, radial and transverse speeds ``vr``, ``vt`` in Hénon units),
 placed in 3-D (:func:`place_stars`) and evolved by direct summation with the 4th-order
-Hermite integrator of :mod:`physics.nbody` (individual block time steps).  At every output
+Hermite integrator of :mod:`physics.nbody` (individual block time steps), or with its
+6th-order scheme (Nitadori & Makino 2008; ``--order 6``).  At every output
 time (a multiple of ``dt_out``, the integrator's largest step, so every star is synchronised
 there) one row of diagnostics is written to ``OUTDIR/diagnostics.h5`` with the Monte Carlo
 run's column names and units (:data:`cmc.diagnostics.DIAG_UNITS`), file attribute
-``mode = nbody``.
+``mode = nbody``, the integrator's settings as attributes (``order``, ``eta``, ``eps``,
+``dt_out``).
 
 What the columns are here
 -------------------------
@@ -177,7 +179,8 @@ class NBodyRun:
     """A ``cmc nbody`` run: the initial stars, the integrator state and the diagnostics."""
 
     def __init__(self, cfg: Config, outdir: Path | None, *, t_end: float | None = None,
-                 dt_out: float = DT_OUT, eta: float = 0.02, eps: float = 0.0) -> None:
+                 dt_out: float = DT_OUT, eta: float | None = None, eps: float = 0.0,
+                 order: int = 4) -> None:
         from cmc.diagnostics import half_mass_relaxation_time
         from cmc.initial import build_initial_stars, physical_scale
         from cmc.units import Units
@@ -189,8 +192,10 @@ class NBodyRun:
             check_size(cfg.initial.n, t_end)
         if not (dt_out > 0.0 and math.isfinite(dt_out)) or math.frexp(dt_out)[0] != 0.5:
             raise InputError(f"--dt-out {dt_out!r}: must be a power of two (e.g. 0.125)")
-        if not eta > 0.0:
+        if eta is not None and not eta > 0.0:
             raise InputError(f"--eta {eta!r}: must be positive")
+        if order not in (4, 6):
+            raise InputError(f"--order {order!r}: must be 4 or 6")
         if t_end is not None and not (t_end > 0.0 and math.isfinite(t_end)):
             raise InputError(f"--t-end {t_end!r}: must be positive")
         self.cfg = cfg
@@ -224,7 +229,8 @@ class NBodyRun:
         self.t_end = float(t_end)
         self.dt_out = float(dt_out)
         pos, vel = place_stars(stars, cfg.initial.seed)
-        self.nb = NBodyState.create(m, pos, vel, eps=eps, eta=eta, dt_max=self.dt_out)
+        self.nb = NBodyState.create(m, pos, vel, eps=eps, eta=eta, dt_max=self.dt_out,
+                                    order=order)
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=np.float64)
         self.escaped = np.zeros(n, dtype=bool)
         self.centre = np.zeros(3)
@@ -313,8 +319,10 @@ class NBodyRun:
         from cmc import __version__
         from cmc.diagnostics import DIAG_UNITS
 
-        return {"mode": "nbody", "integrator": "hermite4 block steps (physics.nbody)",
-                "eta": self.nb.eta, "eps": math.sqrt(self.nb.eps2), "dt_out": self.dt_out,
+        return {"mode": "nbody",
+                "integrator": f"hermite{self.nb.order} block steps (physics.nbody)",
+                "order": self.nb.order, "eta": self.nb.eta, "eps": math.sqrt(self.nb.eps2),
+                "dt_out": self.dt_out,
                 "t_end_nb": self.t_end, "lagrange_fractions": self.fractions,
                 "stop_reason": "", "t_rh0": self.t_rh0, "t_rh0_nb": self.t_rh0_nb,
                 "n0": self.n0, "e0": self.e0, "m0": float(np.sum(self.nb.mass)),

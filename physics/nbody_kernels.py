@@ -1,5 +1,9 @@
 """Compiled kernels of the direct N-body integrator (:mod:`physics.nbody`) and their numpy twins.
 
+Two Hermite schemes: the 4th order (force: acceleration and jerk; :func:`predict_all`,
+:func:`correct_block`) and the 6th order of Nitadori & Makino (2008, New Astron. 13, 498;
+force: acceleration, jerk and snap; :func:`predict_all6`, :func:`correct_block6`).
+
 Conventions: G = 1, structure of arrays -- positions ``pos``, velocities ``vel`` of shape
 ``(N, 3)``, masses ``mass`` of shape ``(N,)`` -- and Plummer softening: the pair potential is
 ``-m_i m_j / sqrt(r^2 + eps2)``.  ``active`` is an ``int64`` array of the particle indices whose
@@ -129,6 +133,128 @@ def acc_jerk_reference(pos, vel, mass, active, eps2=0.0):
 
 
 # --------------------------------------------------------------------------------------------
+# force of the 6th-order scheme: acceleration, jerk, snap and potential
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _field_range6(lo, hi, pos, vel, acc, mass, eps2, xi, yi, zi, ui, vi, wi, bi, ci, di, s):
+    """:func:`_field_range` with the snap as well, from the field particles' accelerations
+    ``acc`` (``s`` = ax, ay, az, jx, jy, jz, sx, sy, sz, pot).  The acceleration, jerk and
+    potential are the same expressions as there, so the same bits."""
+    ax, ay, az, jx, jy, jz, sx, sy, sz, p = s
+    for j in range(lo, hi):
+        dx = pos[j, 0] - xi
+        dy = pos[j, 1] - yi
+        dz = pos[j, 2] - zi
+        du = vel[j, 0] - ui
+        dv = vel[j, 1] - vi
+        dw = vel[j, 2] - wi
+        da = acc[j, 0] - bi
+        db = acc[j, 1] - ci
+        dc = acc[j, 2] - di
+        r2 = dx * dx + dy * dy + dz * dz + eps2
+        rinv2 = 1.0 / r2
+        mrinv = mass[j] * math.sqrt(rinv2)
+        mr3 = mrinv * rinv2
+        alpha = 3.0 * (dx * du + dy * dv + dz * dw) * rinv2
+        # 3 beta = 3 (v^2 + r.a) / r^2 + 3 (r.v / r^2)^2
+        beta = 3.0 * (du * du + dv * dv + dw * dw + dx * da + dy * db + dz * dc) * rinv2 \
+            + alpha * alpha / 3.0
+        tx = du - alpha * dx
+        ty = dv - alpha * dy
+        tz = dw - alpha * dz
+        ax += mr3 * dx
+        ay += mr3 * dy
+        az += mr3 * dz
+        jx += mr3 * tx
+        jy += mr3 * ty
+        jz += mr3 * tz
+        sx += mr3 * (da - 2.0 * alpha * tx - beta * dx)
+        sy += mr3 * (db - 2.0 * alpha * ty - beta * dy)
+        sz += mr3 * (dc - 2.0 * alpha * tz - beta * dz)
+        p -= mrinv
+    return (ax, ay, az, jx, jy, jz, sx, sy, sz, p)
+
+
+@njit(cache=True, inline="always")
+def _acc_jerk_snap_one(i, pos, vel, acc, mass, eps2, k, aout, jout, sout, pot):
+    """Row ``k`` of the outputs: the field of all ``j != i`` on ``i``, ``j`` in order."""
+    n = pos.shape[0]
+    s = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    s = _field_range6(0, i, pos, vel, acc, mass, eps2, pos[i, 0], pos[i, 1], pos[i, 2],
+                      vel[i, 0], vel[i, 1], vel[i, 2], acc[i, 0], acc[i, 1], acc[i, 2], s)
+    s = _field_range6(i + 1, n, pos, vel, acc, mass, eps2, pos[i, 0], pos[i, 1], pos[i, 2],
+                      vel[i, 0], vel[i, 1], vel[i, 2], acc[i, 0], acc[i, 1], acc[i, 2], s)
+    for c in range(3):
+        aout[k, c] = s[c]
+        jout[k, c] = s[3 + c]
+        sout[k, c] = s[6 + c]
+    pot[k] = s[9]
+
+
+@njit(cache=True, parallel=True)
+def acc_jerk_snap_parallel(pos, vel, acc, mass, active, eps2):
+    """:func:`acc_jerk_snap_serial` with the active particles spread over numba's threads."""
+    nb = active.shape[0]
+    aout = np.empty((nb, 3))
+    jout = np.empty((nb, 3))
+    sout = np.empty((nb, 3))
+    pot = np.empty(nb)
+    for k in prange(nb):
+        _acc_jerk_snap_one(active[k], pos, vel, acc, mass, eps2, k, aout, jout, sout, pot)
+    return aout, jout, sout, pot
+
+
+@njit(cache=True)
+def acc_jerk_snap_serial(pos, vel, acc, mass, active, eps2):
+    """Acceleration, jerk, snap and potential of ``active`` against all particles, one thread.
+
+    ``acc`` ``(N, 3)`` are the particles' accelerations at the same time as ``pos``, ``vel``
+    (the predicted ones in a block step): the snap of a pair needs the relative acceleration
+    (Nitadori & Makino 2008).  Per pair, with ``r = x_j - x_i``, ``v``, ``a`` likewise and
+    ``r^2`` softened::
+
+        A = m_j r / r^3,   J = m_j v / r^3 - 3 alpha A,   S = m_j a / r^3 - 6 alpha J - 3 beta A
+        alpha = r.v / r^2,   beta = (v.v + r.a) / r^2 + alpha^2
+
+    Returns ``(acc, jerk, snap, pot)`` of shapes ``(nb, 3)`` x 3 and ``(nb,)``; the
+    acceleration, jerk and potential are bit for bit those of :func:`acc_jerk_serial`.
+    """
+    nb = active.shape[0]
+    aout = np.empty((nb, 3))
+    jout = np.empty((nb, 3))
+    sout = np.empty((nb, 3))
+    pot = np.empty(nb)
+    for k in range(nb):
+        _acc_jerk_snap_one(active[k], pos, vel, acc, mass, eps2, k, aout, jout, sout, pot)
+    return aout, jout, sout, pot
+
+
+def acc_jerk_snap_reference(pos, vel, acc, mass, active, eps2=0.0):
+    """Numpy twin of :func:`acc_jerk_snap_serial`, with the formulas as written there."""
+    acc = np.asarray(acc, dtype=np.float64)
+    active = np.asarray(active, dtype=np.int64)
+    a, jk, pot = acc_jerk_reference(pos, vel, mass, active, eps2)
+    pos = np.asarray(pos, dtype=np.float64)
+    vel = np.asarray(vel, dtype=np.float64)
+    mass = np.asarray(mass, dtype=np.float64)
+    dx = pos[None, :, :] - pos[active][:, None, :]
+    dv = vel[None, :, :] - vel[active][:, None, :]
+    da = acc[None, :, :] - acc[active][:, None, :]
+    self_ = active[:, None] == np.arange(pos.shape[0])[None, :]
+    r2 = np.where(self_, 1.0, np.einsum("kjc,kjc->kj", dx, dx) + eps2)
+    mr3 = np.where(self_, 0.0, mass[None, :] / (r2 * np.sqrt(r2)))[:, :, None]
+    alpha = (np.einsum("kjc,kjc->kj", dx, dv) / r2)[:, :, None]
+    beta = ((np.einsum("kjc,kjc->kj", dv, dv) + np.einsum("kjc,kjc->kj", dx, da)) / r2)[
+        :, :, None] + alpha ** 2
+    a_ij = mr3 * dx
+    j_ij = mr3 * dv - 3.0 * alpha * a_ij
+    s_ij = mr3 * da - 6.0 * alpha * j_ij - 3.0 * beta * a_ij
+    return a, jk, s_ij.sum(axis=1), pot
+
+
+# --------------------------------------------------------------------------------------------
 # energy
 # --------------------------------------------------------------------------------------------
 
@@ -226,6 +352,19 @@ def _divides(h, t):
     return math.floor(q) == q
 
 
+@njit(cache=True, inline="always")
+def _next_step(h, want, tnow, dt_max, dt_min):
+    """The block step after a step ``h`` ending at ``tnow`` when the criterion asks for
+    ``want``: halved until not above it (stopping once below ``dt_min``: the caller checks),
+    or doubled once when ``2 h <= want``, ``2 h <= dt_max`` and ``2 h`` divides ``tnow``."""
+    if want < h:
+        while h > want and h >= dt_min:
+            h *= 0.5
+    elif want >= 2.0 * h and 2.0 * h <= dt_max and _divides(2.0 * h, tnow):
+        h *= 2.0
+    return h
+
+
 @njit(cache=True)
 def correct_block(active, tnow, ppos, pvel, anew, jnew, pos, vel, acc, jerk, snap, crackle,
                   t, dt, eta, dt_max, dt_min):
@@ -288,13 +427,115 @@ def correct_block(active, tnow, ppos, pvel, anew, jnew, pos, vel, acc, jerk, sna
             want = math.sqrt(eta * (amod * smod + jmod * jmod) / den)
         else:
             want = dt_max
-        if want < h:
-            while h > want and h >= dt_min:
-                h *= 0.5
-        elif want >= 2.0 * h and 2.0 * h <= dt_max and _divides(2.0 * h, tnow):
-            h *= 2.0
+        h = _next_step(h, want, tnow, dt_max, dt_min)
         if h < dt_min:
             bad += 1
             h = dt_min
         dt[i] = h
+    return bad
+
+
+# --------------------------------------------------------------------------------------------
+# 6th-order Hermite (Nitadori & Makino 2008): predictor and corrector
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def predict_all6(pos, vel, acc, jerk, snap, crackle, t, tnow, ppos, pvel, pacc):
+    """Predictor of the 6th-order scheme for every particle to ``tnow``: the Taylor series
+    with the snap and the crackle of its last step, positions to 5th, velocities to 4th,
+    accelerations to 3rd order in ``tau = tnow - t_i`` (Nitadori & Makino 2008; positions and
+    velocities as :func:`predict_taylor`), written to ``ppos``, ``pvel``, ``pacc``."""
+    n = pos.shape[0]
+    for i in range(n):
+        h = tnow - t[i]
+        for c in range(3):
+            ppos[i, c] = pos[i, c] + h * (vel[i, c] + h * (acc[i, c] / 2.0 + h * (
+                jerk[i, c] / 6.0 + h * (snap[i, c] / 24.0 + h * crackle[i, c] / 120.0))))
+            pvel[i, c] = vel[i, c] + h * (acc[i, c] + h * (jerk[i, c] / 2.0 + h * (
+                snap[i, c] / 6.0 + h * crackle[i, c] / 24.0)))
+            pacc[i, c] = acc[i, c] + h * (jerk[i, c] + h * (snap[i, c] / 2.0
+                                                           + h * crackle[i, c] / 6.0))
+
+
+@njit(cache=True)
+def correct_block6(active, tnow, anew, jnew, snew, pos, vel, acc, jerk, snap, crackle, t, dt,
+                   eta, dt_max, dt_min):
+    """6th-order Hermite corrector of the block and its next time steps (in place).
+
+    With ``T = tnow - t_i`` and the acceleration, jerk and snap at the start (``a0, j0, s0``,
+    stored) and at the end (``a1, j1, s1``, from the predicted positions, velocities and
+    accelerations), Nitadori & Makino (2008)::
+
+        v1 = v0 + T/2 (a1 + a0) - T^2/10 (j1 - j0) + T^3/120 (s1 + s0)
+        x1 = x0 + T/2 (v1 + v0) - T^2/10 (a1 - a0) + T^3/120 (j1 + j0)
+
+    (the corrected velocity in the position).  The quintic Hermite interpolant of the
+    acceleration gives at the mid-point, with ``h = T/2``, ``A- = a1 - a0``, ``J+- = h (j1
+    +- j0)``, ``S+- = h^2 (s1 +- s0)``, the crackle ``3/(4 h^3) (-5 A- + 5 J+ - S-)``, pop
+    ``3/(2 h^4) (S+ - J-)`` and ``a^(5) = 15/(2 h^5) (3 A- - 3 J+ + S-)``, carried to the end
+    of the step (crackle and pop there: the next predictor's crackle and the criterion).
+
+    The next step is their generalisation of Aarseth's criterion to order p = 6::
+
+        dt = eta ((|a||s| + |j|^2) / (|a^(3)||a^(5)| + |a^(4)|^2))^(1/6)
+
+    at ``tnow``, quantised as in :func:`correct_block`.  Returns the number of particles whose
+    step fell below ``dt_min``.
+    """
+    nb = active.shape[0]
+    bad = 0
+    for k in range(nb):
+        i = active[k]
+        big_t = tnow - t[i]
+        h = 0.5 * big_t
+        hinv = 1.0 / h
+        hinv3 = hinv * hinv * hinv
+        hinv4 = hinv3 * hinv
+        hinv5 = hinv4 * hinv
+        aa = 0.0
+        jj = 0.0
+        ss = 0.0
+        cc = 0.0
+        pp = 0.0
+        dd = 0.0
+        for c in range(3):
+            a0 = acc[i, c]
+            a1 = anew[k, c]
+            am = a1 - a0
+            jp = (jnew[k, c] + jerk[i, c]) * h
+            jm = (jnew[k, c] - jerk[i, c]) * h
+            sp = (snew[k, c] + snap[i, c]) * (h * h)
+            sm = (snew[k, c] - snap[i, c]) * (h * h)
+            v0 = vel[i, c]
+            v1 = v0 + h * ((a1 + a0) - 0.4 * jm + sp / 15.0)
+            pos[i, c] += h * ((v0 + v1) + h * (-0.4 * am + jp / 15.0))
+            vel[i, c] = v1
+            cmid = 0.75 * hinv3 * (-5.0 * am + 5.0 * jp - sm)
+            pmid = 1.5 * hinv4 * (sp - jm)
+            a5 = 7.5 * hinv5 * (3.0 * am - 3.0 * jp + sm)
+            c1 = cmid + h * (pmid + 0.5 * h * a5)
+            p1 = pmid + h * a5
+            acc[i, c] = a1
+            jerk[i, c] = jnew[k, c]
+            snap[i, c] = snew[k, c]
+            crackle[i, c] = c1
+            aa += a1 * a1
+            jj += jnew[k, c] * jnew[k, c]
+            ss += snew[k, c] * snew[k, c]
+            cc += c1 * c1
+            pp += p1 * p1
+            dd += a5 * a5
+        t[i] = tnow
+        num = math.sqrt(aa * ss) + jj
+        den = math.sqrt(cc * dd) + pp
+        if den > 0.0:
+            want = eta * (num / den) ** (1.0 / 6.0)
+        else:
+            want = dt_max
+        step = _next_step(big_t, want, tnow, dt_max, dt_min)
+        if step < dt_min:
+            bad += 1
+            step = dt_min
+        dt[i] = step
     return bad

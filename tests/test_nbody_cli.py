@@ -132,3 +132,47 @@ def test_close_pair_is_a_physics_failure(tmp_path, capsys, monkeypatch):
     assert "close_pair" in capsys.readouterr().err
     d, a = read_diagnostics(tmp_path / "o" / "diagnostics.h5")
     assert a["stop_reason"] == "close_pair" and d["step"].size == 1
+
+
+def test_order_6_end_to_end(runs, tmp_path):
+    """``--order 6``: the same stars, the same columns, units and shapes as the 4th order,
+    the order recorded in the file's attributes."""
+    ini, nb4, _ = runs
+    out = tmp_path / "nb6"
+    assert main(["nbody", str(ini), "-o", str(out), "--t-end", "1", "--dt-out", "0.125",
+                 "--order", "6"]) == 0
+    d6, a6 = read_diagnostics(out / "diagnostics.h5")
+    d4, a4 = read_diagnostics(nb4 / "diagnostics.h5")
+    assert (a6["order"], a4["order"]) == (6, 4)
+    assert (a6["eta"], a4["eta"]) == (0.4, 0.02)  # each order's default
+    assert a6["integrator"].startswith("hermite6") and a4["integrator"].startswith("hermite4")
+    assert a6["stop_reason"] == "max_time"
+    assert sorted(d6) == sorted(d4)
+    with h5py.File(out / "diagnostics.h5", "r") as f6, h5py.File(nb4 / "diagnostics.h5") as f4:
+        for name in d4:
+            assert f6[name].shape == f4[name].shape, name
+            assert f6[name].attrs["unit"] == f4[name].attrs["unit"], name
+    np.testing.assert_array_equal(d6["time_nb"], d4["time_nb"])
+    for name in d4:  # the row of t = 0: the same stars, the same bits
+        if name != "wall_s":
+            np.testing.assert_array_equal(d6[name][0], d4[name][0], err_msg=name)
+    # default eta of each order: fewer steps and a smaller energy error at order 6
+    e6, e4 = np.max(np.abs(d6["dE_rel"])), np.max(np.abs(d4["dE_rel"]))
+    assert e6 < 2e-6 and e6 < 0.3 * e4  # measured 5.5e-7 against 5.3e-6
+    assert d6["nb_steps"][-1] < d4["nb_steps"][-1]  # measured 20288 against 29109
+    # the same cluster: the Lagrange radii at t = 1 agree closely (measured 2.5e-5)
+    np.testing.assert_allclose(d6["lagrange_radii"][-1], d4["lagrange_radii"][-1], rtol=1e-3)
+
+
+def test_bad_order_exit_2(tmp_path, capsys):
+    ini = tmp_path / "p.ini"
+    ini.write_text(INI)
+    with pytest.raises(SystemExit) as exc:  # argparse: a choice of 4 or 6
+        main(["nbody", str(ini), "-o", str(tmp_path / "o"), "--order", "5"])
+    assert exc.value.code == 2
+    assert "--order" in capsys.readouterr().err
+    from cmc.errors import InputError
+    from cmc.nbody import NBodyRun
+
+    with pytest.raises(InputError, match="--order"):
+        NBodyRun(load_config(str(ini)), None, t_end=1.0, order=8)
