@@ -361,32 +361,50 @@ def _config_with_history(sim) -> str:
 
 def cmd_nbody(args) -> int:
     """``cmc nbody CONFIG -o OUTDIR``: the same initial stars by direct N-body
-    (:mod:`cmc.nbody`); one process, numba threads."""
-    from cmc.nbody import DT_OUT, NBodyRun
+    (:mod:`cmc.nbody`); one process, numba threads.  ``cmc nbody --restart OUTDIR``:
+    continue it from OUTDIR/checkpoint.h5."""
+    from cmc.nbody import CHECKPOINT, DT_OUT, NBodyRun, resume
     from cmc.rundir import RunLock
-
-    cfg = load_config(args.config, list(args.set or []))
-    outdir = Path(args.output)
-    if outdir.exists() and not outdir.is_dir():
-        raise InputError(f"output path {outdir} exists and is not a directory")
-    if (outdir / "diagnostics.h5").exists() and not args.overwrite:
-        raise InputError(f"{outdir} already holds a run (diagnostics.h5): give another -o, "
-                         "or --overwrite to replace it")
     from parallel.comm import set_numba_threads
 
-    set_numba_threads(cfg.run.threads, 1)
-    run = NBodyRun(cfg, None, t_end=args.t_end,
-                   dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta,
-                   order=args.order)
+    if args.restart:
+        if args.config or args.output or args.set or args.overwrite:
+            raise InputError("cmc nbody --restart OUTDIR: no CONFIG, -o, --set or --overwrite "
+                             "(the run continues as its checkpoint holds it)")
+        outdir = Path(args.restart)
+        if not outdir.is_dir():
+            raise InputError(f"no run directory {outdir}")
+    elif args.config is None or args.output is None:
+        raise InputError("cmc nbody: give CONFIG -o OUTDIR, or --restart OUTDIR")
+    else:
+        cfg = load_config(args.config, list(args.set or []))
+        outdir = Path(args.output)
+        if outdir.exists() and not outdir.is_dir():
+            raise InputError(f"output path {outdir} exists and is not a directory")
+        if (outdir / "diagnostics.h5").exists() and not args.overwrite:
+            raise InputError(f"{outdir} already holds a run (diagnostics.h5): give another -o, "
+                             f"--overwrite to replace it, or cmc nbody --restart {outdir}")
+        set_numba_threads(cfg.run.threads, 1)
+        run = NBodyRun(cfg, None, t_end=args.t_end,
+                       dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta,
+                       order=4 if args.order is None else args.order)
     lock = RunLock(outdir)
     _acquire(lock, outdir)
     try:
-        (outdir / "diagnostics.h5").unlink(missing_ok=True)
-        (outdir / "config.ini").write_text(cfg.to_ini())
+        if args.restart:
+            run = resume(outdir, t_end=args.t_end, order=args.order, eta=args.eta,
+                         dt_out=args.dt_out)
+            set_numba_threads(run.cfg.run.threads, 1)
+        else:
+            (outdir / "diagnostics.h5").unlink(missing_ok=True)
+            (outdir / CHECKPOINT).unlink(missing_ok=True)
+            (outdir / "config.ini").write_text(cfg.to_ini())
         setup_logging(0, str(outdir / "cmc.log"))
-        log.info("cmc nbody %s: N = %d, to t = %.6g N-body units (%.4g t_rh0), outputs every "
-                 "%g, Hermite order %d, eta = %g; output in %s", args.config, run.n0, run.t_end,
-                 run.t_end / run.t_rh0_nb, run.dt_out, run.nb.order, run.nb.eta, outdir)
+        log.info("cmc nbody %s: N = %d, from t = %.6g to %.6g N-body units (%.4g t_rh0), "
+                 "outputs every %g, Hermite order %d, eta = %g; output in %s",
+                 f"--restart {outdir}" if args.restart else args.config, run.n0, run.nb.time,
+                 run.t_end, run.t_end / run.t_rh0_nb, run.dt_out, run.nb.order, run.nb.eta,
+                 outdir)
         run.outdir = outdir
         reason = run.run()
     finally:
@@ -395,7 +413,8 @@ def cmd_nbody(args) -> int:
     if code == EXIT_PHYSICS:
         _err(f"the N-body run stopped with a physics failure ({reason}) at t = "
              f"{run.nb.time:.6g} N-body units; see {outdir / 'cmc.log'}")
-    log.info("done (%s, exit %d); results in %s (diagnostics.h5)", reason, code, outdir)
+    log.info("done (%s, exit %d); results in %s (diagnostics.h5, checkpoint.h5)%s", reason,
+             code, outdir, f"; continue with: cmc nbody --restart {outdir}" if code == 75 else "")
     return code
 
 
@@ -557,13 +576,16 @@ def build_parser() -> argparse.ArgumentParser:
     rs.set_defaults(func=cmd_restart)
     nb = sub.add_parser("nbody", help="the same initial stars as cmc run, by direct N-body "
                         "(Hermite, block time steps; single stars, isolated)")
-    nb.add_argument("config", help="INI parameter file (as for cmc run)")
-    nb.add_argument("-o", "--output", required=True, help="output folder")
+    nb.add_argument("config", nargs="?", help="INI parameter file (as for cmc run)")
+    nb.add_argument("-o", "--output", help="output folder")
+    nb.add_argument("--restart", metavar="OUTDIR",
+                    help="continue the run in OUTDIR from its checkpoint.h5 (with --t-end: to "
+                    "a later end)")
     nb.add_argument("--t-end", type=float, metavar="T",
                     help="end time in N-body units (default: run.t_max in t_rh0 converted)")
     nb.add_argument("--dt-out", type=float, metavar="D",
                     help="output interval in N-body units, a power of two (default 0.125)")
-    nb.add_argument("--order", type=int, choices=(4, 6), default=4,
+    nb.add_argument("--order", type=int, choices=(4, 6),
                     help="order of the Hermite integrator: 4 (default) or 6 (Nitadori & "
                     "Makino 2008)")
     nb.add_argument("--eta", type=float,

@@ -35,14 +35,27 @@ What the columns are here
   ``t_NB N0 / ln(gamma N0)``, ``time_trh`` in t_rh0 with the Monte Carlo run's definition
   ``0.138 r_h^1.5 / sqrt(M)`` of the same initial stars.
 
+Checkpoints and restarts
+------------------------
+``OUTDIR/checkpoint.h5`` (:meth:`NBodyRun.write_checkpoint`) holds the whole integrator state
+and the run's own (escapers, centre, ``e0``, output count, ``t_end``, ``dt_out``), the config
+text and a sha256 content checksum (:func:`cmc.io.content_digest`), written to a temporary
+file and renamed (:func:`cmc.io.atomic_h5`).  It is written at t = 0, every
+``output.checkpoint_every`` outputs or after ``output.checkpoint_minutes`` of wall time (checked
+at outputs), at the end and on a clean stop (SIGTERM/SIGINT or ``run.max_wall_hours``: exit
+75), never after a physics failure (the last good one stays).  ``cmc nbody --restart OUTDIR
+[--t-end T]`` (:func:`resume`) verifies it, truncates diagnostics.h5 to the rows it covers and
+continues bit for bit.
+
 Not yet: close pairs (a step below the integrator's dt_min stops the run: exit 3), binaries,
-stellar evolution, tidal fields, snapshots and checkpoints, MPI.
+stellar evolution, tidal fields, snapshots, MPI.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
 from pathlib import Path
 
@@ -69,6 +82,15 @@ ESCAPE_RADIUS_RH = 20.0
 CH_J = 6
 #: Default output interval [N-body time units] (the integrator's largest step).
 DT_OUT = 0.125
+
+#: The checkpoint's name in the output folder.
+CHECKPOINT = "checkpoint.h5"
+#: NBodyState's arrays and scalars that a checkpoint holds.
+STATE_ARRAYS = ("mass", "pos", "vel", "acc", "jerk", "snap", "crackle", "t", "dt")
+STATE_SCALARS = ("time", "eps2", "eta", "eta_s", "dt_max", "dt_min", "order", "n_blocks",
+                 "n_steps", "n_pairs")
+#: NBodyRun's scalars that a checkpoint holds (group ``run``; arrays ``escaped``, ``centre``).
+RUN_SCALARS = ("step", "e0", "wall", "t_end", "dt_out", "t_rh0", "n0", "diag_rows")
 
 #: Columns this mode adds to the Monte Carlo run's (units, meanings).
 NBODY_UNITS = {"centre": "r_vir", "r_c_3d": "r_vir", "rho_c_3d": "M0 r_vir^-3",
@@ -238,6 +260,7 @@ class NBodyRun:
         self.step = 0
         self.wall = 0.0
         self.history: dict[str, list] = {}
+        self.signal_received = 0
 
     def _t_end_from_config(self) -> float:
         """run.t_max [t_rh0] (and run.t_max_code [t_rel], run.t_max_myr where set) in
@@ -331,26 +354,64 @@ class NBodyRun:
                 "config": self.cfg.to_ini(), "mpi_size": 1, **self.units.attrs()}
 
     # ------------------------------------------------------------------ the run
-    def run(self) -> str:
-        """Evolve to ``t_end``, a row per output; returns the stop reason
-        (``max_time``, ``energy_error``, ``close_pair``)."""
+    def _open_writer(self):
+        """diagnostics.h5: a new file with the row of t = 0, or (a restart) the rows up to
+        the checkpoint's output rewritten atomically (later rows dropped)."""
         from cmc import io as cio
         from cmc.diagnostics import DIAG_MEANINGS, DIAG_UNITS
+
+        path = self.outdir / "diagnostics.h5"
+        if self.step == 0:
+            d = self.diagnostics()
+            history = {k: [v] for k, v in d.items()}
+        else:
+            data, _ = cio.read_diagnostics(path, max_step=self.step)
+            rows = int(data["step"].size) if "step" in data else 0
+            if rows != self.step + 1 or int(data["step"][-1]) != self.step:
+                raise InputError(f"{path} holds {rows} rows up to the checkpoint's output "
+                                 f"{self.step}, not {self.step + 1}: it does not belong to "
+                                 f"{self.outdir / CHECKPOINT}")
+            history = data
+            d = {k: v[-1] for k, v in data.items()}
+        writer = cio.DiagnosticsWriter(path, self.attrs(), {**DIAG_UNITS, **NBODY_UNITS},
+                                       {**DIAG_MEANINGS, **NBODY_MEANINGS}, history)
+        return writer, d
+
+    def _install_signals(self) -> dict:
+        def handler(signum, frame):
+            self.signal_received = signum
+
+        old = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                old[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
+        return old
+
+    def run(self) -> str:
+        """Evolve to ``t_end``, a row per output; returns the stop reason (``max_time``,
+        ``energy_error``, ``close_pair``, ``signal``, ``wall_clock``).  Continues from
+        ``self.step`` (a restart, :func:`resume`)."""
         from physics.nbody import evolve
 
-        d = self.diagnostics()
+        out = self.cfg.output
         writer = None
         if self.outdir is not None:
-            units = {**DIAG_UNITS, **NBODY_UNITS}
-            meanings = {**DIAG_MEANINGS, **NBODY_MEANINGS}
-            writer = cio.DiagnosticsWriter(self.outdir / "diagnostics.h5", self.attrs(),
-                                           units, meanings, {k: [v] for k, v in d.items()})
+            writer, d = self._open_writer()
+        else:
+            d = self.diagnostics()
         self._progress(d)
         n_out = math.ceil(self.t_end / self.dt_out - 1e-12)
         per_line = max(1, round(1.0 / self.dt_out))
         reason = ""
+        start = last_ck = time.monotonic()
+        max_wall = 3600.0 * self.cfg.run.max_wall_hours
+        old = self._install_signals()
         try:
-            for k in range(1, n_out + 1):
+            if writer is not None and self.step == 0:
+                self.write_checkpoint()
+            for k in range(self.step + 1, n_out + 1):
                 t = min(k * self.dt_out, self.t_end)
                 w0 = time.perf_counter()
                 try:
@@ -372,9 +433,26 @@ class NBodyRun:
                               abs(d["dE_rel"]), self.cfg.run.energy_error_max)
                     reason = "energy_error"
                     break
+                if self.signal_received:
+                    log.warning("signal %d: stopping at t = %.6g t_NB with a checkpoint",
+                                self.signal_received, self.nb.time)
+                    reason = "signal"
+                    break
+                if 0.0 < max_wall < time.monotonic() - start:
+                    reason = "wall_clock"
+                    break
+                if writer is not None and k < n_out and (
+                        k % out.checkpoint_every == 0 or 0.0 < 60.0 * out.checkpoint_minutes
+                        < time.monotonic() - last_ck):
+                    self.write_checkpoint()
+                    last_ck = time.monotonic()
             else:
                 reason = "max_time"
+            if writer is not None and reason not in ("close_pair", "energy_error"):
+                self.write_checkpoint()  # the end, or a clean stop
         finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
             if writer is not None:  # (an exception or Ctrl-C: "interrupted")
                 writer.close({"stop_reason": reason or "interrupted"})
         st = self.nb
@@ -386,8 +464,140 @@ class NBodyRun:
                      1e9 * self.wall / max(st.n_pairs, 1))
         return reason
 
+    # ------------------------------------------------------------------ checkpoints
+    def write_checkpoint(self) -> None:
+        """``OUTDIR/checkpoint.h5``: everything needed to continue bit for bit, with the
+        config text and a sha256 content checksum; written to a temporary file, fsynced and
+        renamed over the previous one (:func:`cmc.io.atomic_h5`)."""
+        from cmc import io as cio
+
+        path = self.outdir / CHECKPOINT
+        st = self.nb
+        cio.check_free_space(path, 8 * st.n * 24 + 65536)
+        with cio.atomic_h5(path) as fh:
+            fh.attrs["mode"] = "nbody"
+            fh.attrs["config"] = self.cfg.to_ini()
+            g = fh.create_group("nbody")
+            for name in STATE_ARRAYS:
+                g.create_dataset(name, data=getattr(st, name))
+            for name in STATE_SCALARS:
+                g.attrs[name] = getattr(st, name)
+            r = fh.create_group("run")
+            r.create_dataset("escaped", data=self.escaped)
+            r.create_dataset("centre", data=self.centre)
+            for name, v in (("step", self.step), ("e0", self.e0), ("wall", self.wall),
+                            ("t_end", self.t_end), ("dt_out", self.dt_out),
+                            ("t_rh0", self.t_rh0), ("n0", self.n0),
+                            ("diag_rows", self.step + 1)):
+                r.attrs[name] = v
+            fh.flush()
+            fh.attrs["sha256"] = cio.content_digest(fh)
+        log.debug("checkpoint at output %d (t = %.6g t_NB)", self.step, st.time)
+
+    def restore(self, ck: dict) -> None:
+        """Take the integrator and run state of a checkpoint (:func:`read_checkpoint`)."""
+        from physics.nbody import NBodyState
+
+        arrays, scalars, run = ck["nbody"], ck["nbody_attrs"], ck["run_attrs"]
+        if not np.array_equal(arrays["mass"], self.nb.mass) or run["n0"] != self.n0:
+            raise InputError(f"{ck['path']}: its stars are not the initial model's of its "
+                             "config (the model file changed?)")
+        st = NBodyState(**{k: np.array(arrays[k]) for k in STATE_ARRAYS},
+                        **{k: scalars[k] for k in STATE_SCALARS})
+        st.order = int(st.order)
+        for name in ("n_blocks", "n_steps", "n_pairs"):
+            setattr(st, name, int(getattr(st, name)))
+        for name in ("time", "eps2", "eta", "eta_s", "dt_max", "dt_min"):
+            setattr(st, name, float(getattr(st, name)))
+        st._ppos, st._pvel, st._pacc = (np.empty((st.n, 3)) for _ in range(3))
+        self.nb = st
+        self.escaped = np.array(ck["run"]["escaped"], dtype=bool)
+        self.centre = np.array(ck["run"]["centre"], dtype=np.float64)
+        self.step, self.e0, self.wall = int(run["step"]), float(run["e0"]), float(run["wall"])
+        self.t_end, self.dt_out = float(run["t_end"]), float(run["dt_out"])
+
     def _progress(self, d: dict) -> None:
         log.info("output %d t=%.4f t_rh0 (%.4g t_NB, %.4g Myr) N=%d r_c=%.4g r_h=%.4g "
                  "N_core=%.1f r_c_3d=%.4g dE/E0=%.2e steps=%d", d["step"], d["time_trh"],
                  d["time_nb"], d["time_myr"], d["N"], d["r_c"], d["r_h"], d["N_core"],
                  d["r_c_3d"], d["dE_rel"], d["nb_steps"])
+
+
+def read_checkpoint(path: Path) -> dict:
+    """Verify and read an N-body checkpoint: a file that cannot be opened, of another
+    format or mode, whose checksum does not match its content, or with inconsistent arrays
+    raises a one-line :class:`InputError` naming it (exit 2, as ``cmc restart``)."""
+    import h5py
+
+    from cmc import io as cio
+
+    if not path.exists():
+        raise InputError(f"no checkpoint {path}")
+    try:
+        fh = h5py.File(path, "r")
+    except OSError as exc:
+        raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
+    with fh:
+        try:
+            mode = str(fh.attrs.get("mode", ""))
+            if mode != "nbody":
+                raise InputError(f"{path} is not a cmc nbody checkpoint (a cmc run one? "
+                                 "continue it with cmc restart)")
+            version = int(fh.attrs.get("format_version", 0))
+            if version != cio.FORMAT_VERSION:
+                raise InputError(f"checkpoint {path} has format version {version}; this cmc "
+                                 f"reads version {cio.FORMAT_VERSION}")
+            if "sha256" not in fh.attrs or "nbody" not in fh or "run" not in fh:
+                raise InputError(f"checkpoint {path} is damaged: no checksum or group missing")
+            if cio.content_digest(fh) != fh.attrs["sha256"]:
+                raise InputError(f"checkpoint {path} is damaged: checksum mismatch (the "
+                                 "content changed after it was written)")
+            ck = {"path": path, "config": str(fh.attrs["config"]),
+                  "nbody": {k: fh["nbody"][k][...] for k in STATE_ARRAYS},
+                  "nbody_attrs": {k: fh["nbody"].attrs[k].item() for k in STATE_SCALARS},
+                  "run": {k: fh["run"][k][...] for k in ("escaped", "centre")},
+                  "run_attrs": {k: fh["run"].attrs[k].item() for k in RUN_SCALARS}}
+        except InputError:
+            raise
+        except Exception as exc:  # damaged metadata: many exception types (cmc.io)
+            raise InputError(f"checkpoint {path} is damaged: unreadable HDF5 metadata "
+                             f"({type(exc).__name__}: {exc})") from None
+    n = ck["nbody"]["mass"].size
+    shapes_ok = all(ck["nbody"][k].shape == (n, 3) for k in STATE_ARRAYS[1:7]) \
+        and ck["nbody"]["t"].shape == ck["nbody"]["dt"].shape == ck["run"]["escaped"].shape \
+        == (n,) and ck["run"]["centre"].shape == (3,)
+    finite = all(np.all(np.isfinite(v)) for v in ck["nbody"].values()) \
+        and all(math.isfinite(v) for v in ck["nbody_attrs"].values())
+    if not (shapes_ok and finite and n >= 2):
+        raise InputError(f"checkpoint {path} is damaged: inconsistent or non-finite state")
+    return ck
+
+
+def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None,
+           eta: float | None = None, dt_out: float | None = None) -> NBodyRun:
+    """The run of ``OUTDIR/checkpoint.h5`` ready to continue (``cmc nbody --restart``): to
+    its own ``t_end``, or to ``t_end`` when given (later than the checkpoint).  ``order``,
+    ``eta``, ``dt_out`` define the run: given, they must be the checkpoint's."""
+    from cmc.config import load_config
+
+    ck = read_checkpoint(outdir / CHECKPOINT)
+    nb, run = ck["nbody_attrs"], ck["run_attrs"]
+    for opt, given, have in (("--order", order, nb["order"]), ("--eta", eta, nb["eta"]),
+                             ("--dt-out", dt_out, run["dt_out"])):
+        if given is not None and given != have:
+            raise InputError(f"{opt} {given:g}: the run in {outdir} has {have:g}; a restart "
+                             "continues it as it is (start a new run to change it)")
+    cfg = load_config(text=ck["config"])
+    self = NBodyRun(cfg, None, t_end=float(run["t_end"]), dt_out=float(run["dt_out"]),
+                    eta=float(nb["eta"]), eps=math.sqrt(nb["eps2"]), order=int(nb["order"]))
+    self.restore(ck)
+    if t_end is not None:
+        if not (math.isfinite(t_end) and t_end > self.nb.time):
+            raise InputError(f"--t-end {t_end:g}: the checkpoint in {outdir} is at t = "
+                             f"{self.nb.time:.6g} N-body units; give a later end")
+        check_size(self.n0, t_end, "the model's N")
+        self.t_end = float(t_end)
+    elif self.nb.time >= self.t_end:
+        raise InputError(f"the run in {outdir} is finished (t = {self.nb.time:.6g} = its "
+                         "t_end): give --t-end T to continue it further")
+    return self

@@ -37,8 +37,8 @@ Method
   of the particles not at that time).
 
 Still needed for issue 50: close pairs and multiples handed to the few-body engine
-(:mod:`physics.fewbody`) or regularised, checkpoints, MPI over i-particles and the GPU (CuPy)
-force kernel (``cmc nbody`` and ``cmc compare`` are in :mod:`cmc.nbody`, :mod:`cmc.compare`).
+(:mod:`physics.fewbody`) or regularised, MPI over i-particles and the GPU (CuPy) force kernel
+(``cmc nbody``, its checkpoints and ``cmc compare`` are in :mod:`cmc.nbody`, :mod:`cmc.compare`).
 """
 
 from __future__ import annotations

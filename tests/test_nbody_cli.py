@@ -176,3 +176,25 @@ def test_bad_order_exit_2(tmp_path, capsys):
 
     with pytest.raises(InputError, match="--order"):
         NBodyRun(load_config(str(ini)), None, t_end=1.0, order=8)
+
+
+def test_command_shapes_exit_2(tmp_path, capsys):
+    """CONFIG -o OUTDIR or --restart OUTDIR, not both, not neither; an existing run is
+    refused naming the restart; --overwrite starts afresh without the old checkpoint."""
+    ini = tmp_path / "p.ini"
+    ini.write_text("[initial]\nmodel = plummer\nn = 40\nseed = 1\n")
+    out = tmp_path / "o"
+    assert main(["nbody", str(ini)]) == 2
+    assert main(["nbody", "--restart", str(out), str(ini)]) == 2
+    assert main(["nbody", "--restart", str(out)]) == 2  # no such folder
+    capsys.readouterr()
+    assert main(["nbody", str(ini), "-o", str(out), "--t-end", "0.25"]) == 0
+    assert (out / "checkpoint.h5").exists()
+    capsys.readouterr()
+    assert main(["nbody", str(ini), "-o", str(out), "--t-end", "0.25"]) == 2
+    assert f"cmc nbody --restart {out}" in capsys.readouterr().err
+    assert main(["nbody", str(ini), "-o", str(out), "--t-end", "0.125", "--overwrite"]) == 0
+    import h5py
+
+    with h5py.File(out / "checkpoint.h5", "r") as fh:
+        assert fh["nbody"].attrs["time"] == 0.125
