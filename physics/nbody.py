@@ -113,16 +113,20 @@ def acc_jerk(pos, vel, mass, active=None, eps2=0.0):
     pot : numpy.ndarray
         ``(nb,)``: ``-sum_j m_j / sqrt(r_ij^2 + eps2)``.
     """
+    pos, vel, mass, active = _kernel_inputs(pos, vel, mass, active)
+    kernel = acc_jerk_parallel if active.size * pos.shape[0] >= PARALLEL_MIN_PAIRS \
+        else acc_jerk_serial
+    return kernel(pos, vel, mass, active, float(eps2))
+
+
+def _kernel_inputs(pos, vel, mass, active):
+    """The force kernels' inputs as contiguous float64 (int64 ``active``; all if None)."""
     pos = np.ascontiguousarray(pos, dtype=np.float64)
     vel = np.ascontiguousarray(vel, dtype=np.float64)
     mass = np.ascontiguousarray(mass, dtype=np.float64)
     if active is None:
-        active = np.arange(pos.shape[0], dtype=np.int64)
-    else:
-        active = np.ascontiguousarray(active, dtype=np.int64)
-    kernel = acc_jerk_parallel if active.size * pos.shape[0] >= PARALLEL_MIN_PAIRS \
-        else acc_jerk_serial
-    return kernel(pos, vel, mass, active, float(eps2))
+        return pos, vel, mass, np.arange(pos.shape[0], dtype=np.int64)
+    return pos, vel, mass, np.ascontiguousarray(active, dtype=np.int64)
 
 
 def acc_jerk_snap(pos, vel, acc, mass, active=None, eps2=0.0):
@@ -132,14 +136,8 @@ def acc_jerk_snap(pos, vel, acc, mass, active=None, eps2=0.0):
     same time (the snap of a pair needs the relative acceleration).  Returns ``(acc, jerk,
     snap, pot)``; the acceleration, jerk and potential are the bits of :func:`acc_jerk`.
     """
-    pos = np.ascontiguousarray(pos, dtype=np.float64)
-    vel = np.ascontiguousarray(vel, dtype=np.float64)
+    pos, vel, mass, active = _kernel_inputs(pos, vel, mass, active)
     acc = np.ascontiguousarray(acc, dtype=np.float64)
-    mass = np.ascontiguousarray(mass, dtype=np.float64)
-    if active is None:
-        active = np.arange(pos.shape[0], dtype=np.int64)
-    else:
-        active = np.ascontiguousarray(active, dtype=np.int64)
     kernel = acc_jerk_snap_parallel if active.size * pos.shape[0] >= PARALLEL_MIN_PAIRS \
         else acc_jerk_snap_serial
     return kernel(pos, vel, acc, mass, active, float(eps2))
