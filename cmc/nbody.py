@@ -377,18 +377,6 @@ class NBodyRun:
                                        {**DIAG_MEANINGS, **NBODY_MEANINGS}, history)
         return writer, d
 
-    def _install_signals(self) -> dict:
-        def handler(signum, frame):
-            self.signal_received = signum
-
-        old = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                old[sig] = signal.signal(sig, handler)
-            except ValueError:  # not the main thread
-                pass
-        return old
-
     def run(self) -> str:
         """Evolve to ``t_end``, a row per output; returns the stop reason (``max_time``,
         ``energy_error``, ``close_pair``, ``signal``, ``wall_clock``).  Continues from
@@ -407,7 +395,9 @@ class NBodyRun:
         reason = ""
         start = last_ck = time.monotonic()
         max_wall = 3600.0 * self.cfg.run.max_wall_hours
-        old = self._install_signals()
+        from cmc.runloop import install_signal_handlers
+
+        old = install_signal_handlers(self)  # (sets self.signal_received)
         try:
             if writer is not None and self.step == 0:
                 self.write_checkpoint()
