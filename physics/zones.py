@@ -78,9 +78,8 @@ def sync_rows(zone, clock, time, t_end, relax):
     than the innermost one, and every clock is at the step's start ``time`` or NaN): in place,
     what :func:`plan_rows` (``top = 0``) and the orbits' pericentre zones would leave, without
     the per-row plan: every zone 0 and, with ``relax``, every clock at ``t_end`` (without, the NaN
-    clocks at ``time``).  Returns
-    False, changing nothing, if some clock is neither ``time`` nor NaN (it is owed more than
-    the step: the step needs :func:`plan_rows`)."""
+    clocks at ``time``).  Returns False, changing nothing, if some clock is neither ``time`` nor
+    NaN (it is owed more than the step: the step needs :func:`plan_rows`)."""
     n = zone.shape[0]
     behind = 0
     for i in prange(n):
