@@ -630,7 +630,7 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
         raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
     with fh:
         try:
-            _verify_checksum(fh, path)
+            verify_checksum(fh, path)
         except InputError:
             raise
         except Exception as exc:
@@ -661,16 +661,17 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
                              "an invalid lfsr113 state")
 
 
-def _verify_checksum(fh: h5py.File, path: str | os.PathLike) -> None:
-    """The format version, groups and checksum of an open checkpoint (:func:`verify_checkpoint`);
-    raises :class:`InputError` for a mismatch, and whatever HDF5 raises for damaged
-    metadata."""
+def verify_checksum(fh: h5py.File, path: str | os.PathLike,
+                     groups: tuple[str, ...] = ("stars", "state", "streams")) -> None:
+    """The format version, ``groups`` and checksum of an open checkpoint
+    (:func:`verify_checkpoint`; the N-body mode's with its own groups); raises
+    :class:`InputError` for a mismatch, and whatever HDF5 raises for damaged metadata."""
     version = int(fh.attrs.get("format_version", 0))
     if version != FORMAT_VERSION:
         raise InputError(f"checkpoint {path} has format version {version}; this cmc reads "
                          f"version {FORMAT_VERSION} (finish the run with the cmc version "
                          "that wrote it)")
-    for g in ("stars", "state", "streams"):
+    for g in groups:
         if g not in fh:
             raise InputError(f"checkpoint {path} is damaged: group '{g}' is missing")
     if "sha256" not in fh.attrs:

@@ -533,15 +533,7 @@ def read_checkpoint(path: Path) -> dict:
             if mode != "nbody":
                 raise InputError(f"{path} is not a cmc nbody checkpoint (a cmc run one? "
                                  "continue it with cmc restart)")
-            version = int(fh.attrs.get("format_version", 0))
-            if version != cio.FORMAT_VERSION:
-                raise InputError(f"checkpoint {path} has format version {version}; this cmc "
-                                 f"reads version {cio.FORMAT_VERSION}")
-            if "sha256" not in fh.attrs or "nbody" not in fh or "run" not in fh:
-                raise InputError(f"checkpoint {path} is damaged: no checksum or group missing")
-            if cio.content_digest(fh) != fh.attrs["sha256"]:
-                raise InputError(f"checkpoint {path} is damaged: checksum mismatch (the "
-                                 "content changed after it was written)")
+            cio.verify_checksum(fh, path, ("nbody", "run"))
             ck = {"path": path, "config": str(fh.attrs["config"]),
                   "nbody": {k: fh["nbody"][k][...] for k in STATE_ARRAYS},
                   "nbody_attrs": {k: fh["nbody"].attrs[k].item() for k in STATE_SCALARS},
