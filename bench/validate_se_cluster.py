@@ -7,7 +7,7 @@ the energy books.  Writes ``docs/validation_se_cluster.md``, ``.json`` and ``.pn
     python bench/validate_se_cluster.py [RUN_DIR] [--out PREFIX]
 
 ``make validate-se-cluster`` runs (or continues) the model into ``runs/val2_n5e4`` and then
-this script: hours (about 10 on one core of the 2-core Intel VM to 2 Gyr).
+this script: hours (with the default zones about 4 hours on one core of the 2-core VM to 2 Gyr: an estimate from the first 321 Myr).
 
 RUN_DIR defaults to ``runs/val2_n5e4`` (made by ``cmc run examples/king_se.ini -o
 runs/val2_n5e4``, continued with ``cmc restart``; it may still be running: the script reads
@@ -50,6 +50,16 @@ def members_of(esc: dict, kind: int) -> np.ndarray:
         n += np.where(binary, (esc["bin_startype1"] == kind).astype(np.int64)
                       + (esc["bin_startype2"] == kind), 0)
     return n
+
+
+def _zones_of(attrs: dict) -> int:
+    """``run.zones`` of the run's configuration (diagnostics attribute ``config``; 1 where the
+    configuration has none: a run from before the zones)."""
+    import configparser
+
+    cp = configparser.ConfigParser()
+    cp.read_string(str(attrs.get("config", "")))
+    return cp.getint("run", "zones", fallback=1)
 
 
 def summarise(run: Path) -> dict:
@@ -125,6 +135,7 @@ def summarise(run: Path) -> dict:
                "retained_now": int(diag["N_ns"][last]) if census else None},
         "supernovae": int(diag["n_supernovae"].sum()),
         "max_abs_dE_rel": float(np.max(np.abs(diag["dE_rel"]))),
+        "zones": _zones_of(attrs),
         "epochs": rows,
     }
     return out
@@ -192,16 +203,57 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+#: The shared-step run of the same model (run.zones = 1; 2026-11-28, runs/val2_n5e4, this
+#: page's earlier version): its epochs, kept for the comparison with the default (zones).
+SHARED_STEP_EPOCHS = (
+    # t [Myr], N, M [Msun], M_se/M0, r_h [pc], r_c [pc], BHs, E_deficit
+    (100, 47602, 21339, 0.207, 1.82, 0.450, 29, 0.0243),
+    (150, 45794, 20178, 0.225, 1.86, 0.332, 29, 0.0361),
+    (200, 42540, 18514, 0.239, 1.71, 0.254, 29, 0.0752),
+    (240, 35829, 15940, 0.246, 1.36, 0.081, 29, 0.229),
+)
+
+
+def _shared_step_table(summary: dict) -> str:
+    """The shared-step run's epochs beside this run's at the same times."""
+    rows = {round(r["t_myr"] / 10.0) * 10: r for r in summary["epochs"]}
+    lines = ["| t [Myr] | N (zones / shared) | M [Msun] | M_se / M0 | r_h [pc] | r_c [pc] | "
+             "BHs | E_deficit |", "|" + "---|" * 8]
+    for t, n, m, mse, rh, rc, nbh, ed in SHARED_STEP_EPOCHS:
+        r = rows.get(t)
+        if r is None:
+            continue
+        lines.append(f"| {t} | {r['N']} / {n} | {r['M_msun']:.0f} / {m} | "
+                     f"{r['M_se_frac']:.3f} / {mse} | {r['r_h_pc']:.2f} / {rh} | "
+                     f"{r['r_c_pc']:.3f} / {rc} | {r['N_bh']} / {nbh} | "
+                     f"{r['E_deficit']:.3g} / {ed} |")
+    return "\n".join(lines)
+
+
+def _at(summary: dict, t_myr: float, key: str) -> str:
+    """An epoch's value, formatted (or '-' if the run has not reached it)."""
+    for r in summary["epochs"]:
+        if abs(r["t_myr"] - t_myr) < 0.05 * t_myr:
+            v = r[key]
+            return f"{v:.3g}" if isinstance(v, float) else str(v)
+    return "-"
+
+
 def markdown(summary: dict, png: Path) -> str:
     """docs/validation_se_cluster.md: the numbers, and what they are compared with."""
     bh = summary["bh"]
     done = summary["t_end_myr"] >= 2000.0 - 1e-6
     status = ("the run reached 2 Gyr" if done else
               f"**the run has reached {summary['t_end_myr']:.0f} Myr of the 2 Gyr asked** "
-              f"(step {summary['steps']}; `cmc restart runs/val2_n5e4` would continue it, but see "
-              "'Not converged' below; this page is rewritten by `python "
-              "bench/validate_se_cluster.py`)")
+              f"(step {summary['steps']}; `cmc restart RUN_DIR` continues it, and this page is "
+              "rewritten from what is there by `python bench/validate_se_cluster.py RUN_DIR`)")
     census = summary["census_from_myr"]
+    ep = summary["epochs"]
+    dtc = [r["dt_tcross"] for r in ep]
+    edef = [r["E_deficit"] for r in ep]
+    zones = summary.get("zones", 1)
+    stepping = (f"radial time-step zones (`run.zones = {zones}`, the default)" if zones > 1
+                else "the shared time step (`run.zones = 1`)")
     return f"""# Validation: a cluster of evolving stars (issue 48, item 2)
 
 `examples/king_se.ini`: King W0 = 5, N = {summary['N0']}, Kroupa 0.08-150 Msun (M0 =
@@ -209,36 +261,39 @@ def markdown(summary: dict, png: Path) -> str:
 orbit at R_gc = 8 kpc (shrinking Jacobi radius), no primordial binaries, three-body binaries
 among black holes (`binaries.three_body = bh`), CMC-COSMIC's production BSE flags (`[bse]`
 defaults: fallback-scaled kicks, sigma = 265 km/s, `remnantflag = 4`), our time-step defaults
-(`run.theta_max = 1`, `run.dt_window = 40`).  One core, serial: {status}.
-Made by `python bench/validate_se_cluster.py` (`make validate-se-cluster` runs the model
-first); the numbers are in `docs/validation_se_cluster.json`.
+(`run.theta_max = 1`, `run.dt_window = 40`) with {stepping}.  One core, serial
+(`{summary['run']}`): {status}.
+Made by `python bench/validate_se_cluster.py RUN_DIR` (`make validate-se-cluster` runs the
+model first); the numbers are in `docs/validation_se_cluster.json`.
 
 ![the run](validation_se_cluster.png)
 
 {table(summary)}
 
 `*`: rebuilt from the escapers (the remnant census, diagnostics columns `N_bh` ... `M_bh`,
-exists from {census if census is None else f"{census:.0f} Myr"} on in this run: its first
-200 Myr ran before the columns were added); valid once no more black holes form.
+exists from {census if census is None else f"{census:.0f} Myr"} on in this run); valid once no
+more black holes form.  `dt / t_cross`: the step over the central crossing time (median of the
+200 rows before the epoch).  `E_deficit`: the energy the correction could not apply, Hénon
+units (E0 = -1/4).
 
-## Not converged: the run is in the regime of "few stars carrying the central mass"
+## The step: zones against the shared step
 
-The step is set by the heavy stars and then the retained black holes in the centre: dt is
-0.04-0.5 of the central crossing time throughout (column `dt_tcross`; the run warns at step
-1), the regime docs/method.md ("Few stars carrying the central mass") describes: each step
-redraws the central heavy objects' radii, the potential jumps this makes heat and unbind light
-stars per step, not per unit time, and the energy correction falls short (`E_deficit`, in
-Hénon units with E0 = -1/4: 0.024 by 100 Myr, 0.075 by 200 Myr).  From ~230 Myr on the 29
-black holes' core collapsed without forming a binary (three-body formation needs three black
-holes radially adjacent, CMC's rule too, and at N = 5e4 they are a minority of the core:
-at 247 Myr the 25 left sit at r = 0.0025-0.004 pc but at radial ranks 188-3883, among light
-stars on radial orbits through the centre, so no triplet of three black holes exists):
-r_c fell to 0.004 pc, dt to 1e-8 t_rh0 per step, E_deficit to 0.5, and the cluster lost 30 %
-of its stars in 47 Myr, an artefact of the step count.  The run was stopped at 247 Myr
-(step 111 000): its numbers after ~200 Myr are not physics, and those before carry the
-deficit above.  A valid comparison needs the catalogue's N (>= 2e5, where the black holes
-dominate the core and form binaries) or a step that does not follow the central heavy
-objects (issue 51's radial time-step zones).
+The heavy stars, then the retained black holes, sit in the centre and set a short step from
+step 1 (dt / t_cross {min(dtc) if dtc else math.nan:.2g}-{max(dtc) if dtc else math.nan:.2g} at
+the epochs above): the regime docs/method.md calls "few stars carrying the central mass".  With
+the shared step (`run.zones = 1`) every star is redrawn at that pace: the potential jumps of
+the central heavy objects heat and unbind light stars per step, not per unit time, the energy
+correction falls behind, and the run of this model broke down: the 29 retained black holes'
+core collapsed from ~230 Myr without forming a binary, r_c fell to 0.004 pc, dt to 1e-8
+t_rh0, E_deficit reached 0.5 and 30 % of the stars were lost in 47 Myr (an artefact of the
+step count; that run was stopped at 247 Myr).  With the zones (docs/validation_zones.md) only
+the stars whose own zone is due are redrawn (a few thousand of ~45,000 per step here), and
+that breakdown does not happen.  Epoch by epoch (this run / the shared-step run):
+
+{_shared_step_table(summary)}
+
+The runs agree to ~150 Myr (the same M_se: stellar evolution does not depend on the step) and
+part after; E_deficit here stays at {max(edef) if edef else math.nan:.3g} or below at the epochs.
 
 ## Black holes
 
@@ -247,9 +302,8 @@ objects (issue 51's radial time-step zones).
   {bh['escaped_after_50_myr']}.
 - BH-BH binaries: now {bh['bbh_now']}, at most {bh['bbh_max']}, the first at
   {bh['first_bbh_myr']} Myr; ejected BBHs {bh['bbh_escaped']}.
-- Neutron stars: {summary['ns']['escaped']} escaped (all those formed: their kicks, sigma =
-  265 km/s, exceed the cluster's escape speed of ~25 km/s), {summary['ns']['retained_now']}
-  in the cluster now.
+- Neutron stars: {summary['ns']['escaped']} escaped (their kicks, sigma = 265 km/s, exceed
+  the cluster's escape speed of ~25 km/s), {summary['ns']['retained_now']} in the cluster now.
 - Energy: max |E_tot - E0| / |E0| = {summary['max_abs_dE_rel']:.2g} over the run, with
   `E_se_mass`, `E_se_kicks`, `E_se_binding` in the books.
 
@@ -268,21 +322,25 @@ here that could not be checked.  What can be said per quantity:
   i.e. {(bh['formed'] or 0) / summary['N0'] * 1e3:.2f} per thousand stars (the Kroupa
   fraction above ~18-20 Msun is 1.8-2.1 per thousand).
 - **Retention after kicks**: {bh['retained_now'] if bh['retained_rebuilt'] is False else '-'}
-  of {bh['formed']} retained.  Morscher et al. 2015 (abstract): "most" BHs are retained in
-  their clusters of 2e5-1.6e6 stars.  Ours loses most at birth, as expected at a quarter of
+  of {bh['formed']} retained now.  Morscher et al. 2015 (abstract): "most" BHs are retained
+  in their clusters of 2e5-1.6e6 stars.  Ours loses most at birth, as expected at a quarter of
   their smallest N: with fallback-scaled kicks only BHs with (nearly) full fallback, the
   heaviest, stay below the ~25 km/s escape speed of a 3e4 Msun cluster of r_v = 1 pc, and
   the retained ones are the 25-35 Msun BHs.  Qualitative agreement; no number to compare.
 - **BBHs**: formed by three-body encounters once the retained BHs dominate the centre; in
   CMC's models this happens within the first few hundred Myr to Gyr (Morscher et al. 2015:
   "core collapse driven by BHs is reversed by three-body processes involving only the few most
-  massive BHs").  See the BBH column above.
-- **Mass lost to stellar evolution**: M_se / M0 = 0.21 by 100 Myr, 0.24 by 200 Myr (table);
-  for a Kroupa 0.08-150 IMF at low Z BSE gives ~0.3-0.35 by a few Gyr (COSMIC's own population
-  evolved alone: the same numbers, validation 1).  Mass to the tides and to escape: the table.
-- **r_h(t)**: the expansion from mass loss (r_h from 0.8 to ~1.8 r_v by 100 Myr, the "stellar
-  evolution as an energy source" of Chatterjee et al. 2010), then the slow contraction of the
-  core as BHs segregate.
+  massive BHs").  Here: {bh['bbh_max']} at most so far (the BBH column above); at N = 5e4 the
+  ~25 retained BHs are a minority of the core, and three-body formation needs three BHs that
+  are radial neighbours (CMC's rule too).
+- **Mass lost to stellar evolution**: M_se / M0 = {_at(summary, 100.0, 'M_se_frac')} by
+  100 Myr, {_at(summary, 1000.0, 'M_se_frac')} by 1 Gyr, {_at(summary, 2000.0, 'M_se_frac')}
+  by 2 Gyr (table); COSMIC's own population evolved alone gives the same (validation 1).  Mass
+  to the tides and to escape: the table.
+- **r_h(t)**: the expansion from mass loss (r_h from 0.8 pc to {_at(summary, 100.0, 'r_h_pc')}
+  pc by 100 Myr, the "stellar evolution as an energy source" of Chatterjee et al. 2010), then
+  the slow evolution as the BHs segregate and the tides strip the halo (r_h
+  {_at(summary, 1000.0, 'r_h_pc')} pc at 1 Gyr, {_at(summary, 2000.0, 'r_h_pc')} pc at 2 Gyr).
 
 Not done: the comparison with the catalogue's N = 2e5, r_v = 1 pc, R_gc = 8 kpc, Z = 0.1 Zsun
 model number by number (it needs the catalogue's files and a N = 2e5 run of ours with 5 %
