@@ -115,6 +115,7 @@ def _sample_sort_records(
     splitters: np.ndarray | None = None,
     report: dict | None = None,
     share_uniform: bool = False,
+    uniform: Mapping[str, bytes] | None = None,
 ) -> Fields:
     """Sample Sort proper on ``size > 1`` communicators: this rank's sorted run of stars.
 
@@ -148,7 +149,7 @@ def _sample_sort_records(
     # columns of one value here (a rank without stars does not constrain them): those of
     # one value on every rank stay out of the records (rank 0 decides with the splitters,
     # or every rank from the exact cuts' gather)
-    same = _uniform_fields(fields, key, tiebreak) if n_local else None
+    same = _uniform_fields(fields, key, tiebreak, uniform) if n_local else None
     own_same = same or {}
 
     if splitters is None:
@@ -333,6 +334,7 @@ def parallel_sort(
     share_uniform: bool = False,
     splitters: np.ndarray | None = None,
     report: dict | None = None,
+    uniform: Mapping[str, bytes] | None = None,
 ) -> Fields:
     """Sort star records globally and leave them in the block decomposition.
 
@@ -377,6 +379,11 @@ def parallel_sort(
         block bounds (global row numbers) the guesses stood for: a caller's measure of its
         guesses (the same on every rank).  On ``P > 1`` ranks ``"n_total"`` too: the number
         of stars sorted, on all ranks (the caller needs no reduction of its own for it).
+    uniform : mapping of str to bytes, optional
+        Columns this rank's caller knows to hold one value (name -> the bytes of that value,
+        as :func:`parallel.sort_records.uniform_value` gives them): taken as such without the
+        scan that proves it (a full pass over each such column: 0.08-0.16 ms per column at
+        N = 1e5, memory-bound).  A wrong claim gives a wrong column.
 
     Returns
     -------
@@ -392,7 +399,7 @@ def parallel_sort(
     _check_params(sample_size, chunk)
     size = comm.Get_size()
     if size == 1:
-        return _sorted_fields(fields, key, tiebreak, rows, share_uniform)
+        return _sorted_fields(fields, key, tiebreak, rows, share_uniform, uniform)
     if splitters is not None:
         guesses = _guess_rows(splitters, size)
         if guesses is None:
@@ -400,4 +407,4 @@ def parallel_sort(
                              f"numbers without NaN (or {size - 1} such rows), got {splitters!r}")
         splitters = guesses
     return _sample_sort_records(comm, fields, key, tiebreak, sample_size, rows, chunk,
-                                splitters, report, share_uniform)
+                                splitters, report, share_uniform, uniform)

@@ -397,15 +397,16 @@ def _selected_order(key: np.ndarray, tiebreak: np.ndarray | None,
 
 
 def _sorted_fields(fields: Mapping[str, np.ndarray], key: str, tiebreak: str | None,
-                   rows: np.ndarray | None = None, share_uniform: bool = False) -> Fields:
+                   rows: np.ndarray | None = None, share_uniform: bool = False,
+                   uniform: Mapping[str, bytes] | None = None) -> Fields:
     """Serial path: sort every array of ``fields`` (its ``rows`` only) by ``(key, tiebreak)``;
-    ``share_uniform``: see :func:`parallel_sort`."""
+    ``share_uniform``, ``uniform``: see :func:`parallel_sort`."""
     err = _fields_error(fields, key, tiebreak, rows)
     if err:
         raise ValueError(err)
     order = _selected_order(fields[key], None if tiebreak is None else fields[tiebreak], rows)
     # a column holding one value needs no permutation: its random reads are a sort's cost
-    same = _uniform_fields(fields, key, tiebreak)
+    same = _uniform_fields(fields, key, tiebreak, uniform)
     return {name: _uniform_column(arr, same[name], order.size, share_uniform) if name in same
             else gather_rows(arr, order) for name, arr in fields.items()}
 @njit(cache=True)

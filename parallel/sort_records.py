@@ -257,12 +257,17 @@ def _filled(dtype: np.dtype, n: int, value: bytes) -> np.ndarray:
 
 
 def _uniform_fields(fields: Mapping[str, np.ndarray], key: str | None,
-                    tiebreak: str | None) -> dict[str, bytes]:
+                    tiebreak: str | None, known: Mapping[str, bytes] | None = None
+                    ) -> dict[str, bytes]:
     """The fields of ``fields`` (not the keys) whose values are all the same, with that
-    value's bytes (:func:`uniform_value`)."""
+    value's bytes (:func:`uniform_value`); those of ``known`` (the caller's word: name ->
+    the value's bytes) are taken as given, not scanned."""
     out = {}
     for name, arr in fields.items():
         if name in (key, tiebreak):
+            continue
+        if known is not None and name in known and arr.size:
+            out[name] = known[name]
             continue
         v = uniform_value(arr)
         if v is not None:

@@ -114,3 +114,50 @@ def test_binding_energy_is_booked_and_carried_by_escapers():
     assert h["E_binding"][-1] + h["E_binding_escaped"][-1] == pytest.approx(e_b0, rel=1e-12)
     assert h["N_binaries"][-1] < h["N_binaries"][0]  # binaries beyond r_tidal escaped
     assert h["E_binding_escaped"][-1] < 0
+
+
+def assert_idle_binary_columns(stars) -> int:
+    """Every single star's row holds the binary columns (``bin_*``) at their defaults (what
+    :meth:`cmc.stars.StarTable.idle_binary_columns` and so the sort rely on); returns the
+    number of single rows checked."""
+    from cmc.fields import FIELD_BY_NAME
+
+    single = stars.binind < 0
+    for name in stars:
+        if name.startswith("bin_"):
+            col = getattr(stars, name)[single]
+            default = np.array(FIELD_BY_NAME[name].default, dtype=col.dtype)
+            assert col.tobytes() == np.full(col.size, default).tobytes(), name
+    return int(np.count_nonzero(single))
+
+
+@pytest.mark.parametrize("se_on", [False, True])
+def test_single_rows_keep_the_binary_columns_at_their_defaults(tmp_path, monkeypatch, se_on):
+    """Through a run whose binaries are broken, disrupted and exchanged in strong encounters
+    (and, with stellar evolution, evolved by BSE): after every step, every single star's row
+    holds the binary columns at their defaults, and a table without binaries names them all
+    as idle (the sort then takes them without a scan: the same bits)."""
+    monkeypatch.chdir(tmp_path)  # evolv2's fort.99
+    over = ["initial.n=1500", "initial.seed=5", "initial.binary_fraction=0.3",
+            "initial.binary_a_max=100", "run.n_core_stop=0"]
+    if se_on:
+        over += ["initial.mass_function=kroupa", "initial.m_min=0.08", "initial.m_max=100",
+                 "bse.stellar_evolution=true"]
+    sim = Simulation.create(load_config(None, over), SerialComm())
+    b0 = sim.stars.binind >= 0
+    members0 = set(sim.stars.bin_id1[b0].tolist()) | set(sim.stars.bin_id2[b0].tolist())
+    events = 0.0
+    for _ in range(25):
+        d = sim.step()
+        events += d["n_wide_broken"] + d["n_binary_single"] + d["n_binary_binary"]
+        assert_idle_binary_columns(sim.stars)
+        assert sim.stars.idle_binary_columns() is None  # binaries left
+    # binaries were unmade into singles (broken wide ones, encounter products): members of
+    # the initial binaries are single stars now, in rows that were binaries' rows
+    assert events >= 5
+    freed = members0 & set(sim.stars.id[sim.stars.binind < 0].tolist())
+    assert len(freed) >= 4, (events, len(freed))
+    singles = sim.stars.take(sim.stars.binind < 0)
+    idle = singles.idle_binary_columns()
+    assert idle is not None and set(idle) == {k for k in singles if k.startswith("bin_")}
+    assert len(idle) == (40 if se_on else 12)

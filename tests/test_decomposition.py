@@ -585,6 +585,35 @@ def test_share_uniform_returns_views_with_the_same_values():
     assert not np.shares_memory(shared["r"], fields["r"])
 
 
+def test_uniform_columns_the_caller_names_are_taken_without_a_scan(monkeypatch):
+    """``uniform``: a column the caller names as holding one value comes back as that value
+    (the same bits as the scanning path where the claim is true) and is not scanned; the
+    other columns are sorted as without it."""
+    from parallel import sort_records
+    from parallel.comm import SerialComm
+    from parallel.sample_sort import parallel_sort
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    fields = {"r": rng.random(n), "id": rng.permutation(n).astype(np.int64),
+              "m": rng.random(n), "bin_a": np.zeros(n), "bin_k": np.ones(n, dtype=np.int32)}
+    claim = {"bin_a": np.zeros(1).tobytes(), "bin_k": np.ones(1, dtype=np.int32).tobytes()}
+    plain = parallel_sort(SerialComm(), fields, share_uniform=True)
+    scanned = []
+    real = sort_records.uniform_value
+    monkeypatch.setattr(sort_records, "uniform_value",
+                        lambda arr: scanned.append(arr) or real(arr))
+    told = parallel_sort(SerialComm(), fields, share_uniform=True, uniform=claim)
+    for name in fields:
+        assert told[name].tobytes() == plain[name].tobytes(), name
+    assert not any(a is fields["bin_a"] or a is fields["bin_k"] for a in scanned)
+    assert any(a is fields["m"] for a in scanned)
+    # the caller's word is taken: a false claim gives the claimed column
+    fields["bin_a"][7] = 1.0
+    told = parallel_sort(SerialComm(), fields, uniform=claim)
+    assert not np.any(told["bin_a"])
+
+
 def test_sort_scans_equal_numpy():
     """The sort's compiled scans are the numpy expressions they replace, with the hit first,
     in the middle and last: strictly increasing rows, NaN keys, equal neighbours in sorted

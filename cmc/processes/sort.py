@@ -50,7 +50,8 @@ class Sort(Process):
         report: dict = {}
         sorted_fields = parallel_sort(sim.comm, sim.stars.as_dict(), key="r", tiebreak="id",
                                       sample_size=cfg.sample_size or None, rows=work.keep_rows,
-                                      share_uniform=True, splitters=hint, report=report)
+                                      share_uniform=True, splitters=hint, report=report,
+                                      uniform=sim.stars.idle_binary_columns())
         miss = guess_deviation(report)
         if not math.isnan(miss):  # the bounds' random walk per step, smoothed (the same on
             # every rank: it comes from global counts)
