@@ -387,13 +387,14 @@ def cmd_nbody(args) -> int:
         set_numba_threads(cfg.run.threads, 1)
         run = NBodyRun(cfg, None, t_end=args.t_end,
                        dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta,
-                       order=4 if args.order is None else args.order)
+                       order=4 if args.order is None else args.order,
+                       pair_gamma=args.pair_gamma, pair_dt=args.pair_dt)
     lock = RunLock(outdir)
     _acquire(lock, outdir)
     try:
         if args.restart:
             run = resume(outdir, t_end=args.t_end, order=args.order, eta=args.eta,
-                         dt_out=args.dt_out)
+                         dt_out=args.dt_out, pair_gamma=args.pair_gamma, pair_dt=args.pair_dt)
             set_numba_threads(run.cfg.run.threads, 1)
         else:
             (outdir / "diagnostics.h5").unlink(missing_ok=True)
@@ -401,10 +402,11 @@ def cmd_nbody(args) -> int:
             (outdir / "config.ini").write_text(cfg.to_ini())
         setup_logging(0, str(outdir / "cmc.log"))
         log.info("cmc nbody %s: N = %d, from t = %.6g to %.6g N-body units (%.4g t_rh0), "
-                 "outputs every %g, Hermite order %d, eta = %g; output in %s",
+                 "outputs every %g, Hermite order %d, eta = %g, close pairs: pair_gamma = %g, "
+                 "pair_dt = %g; output in %s",
                  f"--restart {outdir}" if args.restart else args.config, run.n0, run.nb.time,
                  run.t_end, run.t_end / run.t_rh0_nb, run.dt_out, run.nb.order, run.nb.eta,
-                 outdir)
+                 run.nb.pair_gamma, run.nb.pair_dt, outdir)
         run.outdir = outdir
         reason = run.run()
     finally:
@@ -591,6 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--eta", type=float,
                     help="accuracy parameter of the time-step criterion (default 0.02 for "
                     "--order 4, Aarseth's; 0.4 for --order 6, Nitadori & Makino's)")
+    nb.add_argument("--pair-gamma", type=float, metavar="G",
+                    help="tidal perturbation below which a bound close pair is carried as an "
+                    "unperturbed Kepler orbit (default 1e-5; 0: no close-pair treatment)")
+    nb.add_argument("--pair-dt", type=float, metavar="D",
+                    help="step at or below which a star may form a close pair, a power of "
+                    "two (default dt-out / 2^12)")
     nb.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a parameter (repeatable)")
     nb.add_argument("--overwrite", action="store_true",

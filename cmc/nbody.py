@@ -21,6 +21,12 @@ What the columns are here
 * Escapers: a star whose energy ``v^2/2 + phi`` (in the frame of the centre of mass of all
   stars) is positive and that lies beyond :data:`ESCAPE_RADIUS_RH` r_h from the centre is
   counted as escaped from then on (it stays in the integration); ``N``, ``M`` count the others.
+  Each is written once, at the output where it left, to ``OUTDIR/escapers.h5`` with the Monte
+  Carlo run's columns (kind 1, unbound; :func:`cmc.nbody_outputs.escaper_rows`).
+* Binaries: mutual nearest neighbours that are bound and tidally unperturbed at apocentre
+  (:func:`cmc.nbody_outputs.find_binaries`), counted as the Monte Carlo run counts its binary
+  rows: ``N_binaries``, ``binary_fraction``, ``binary_fraction_core``, ``E_binding`` (here part
+  of K + W already).
 * Centre: at t = 0 the model's own origin (so the row of t = 0 has the Monte Carlo initial
   model's radii, Lagrange radii, r_h and core, star for star); from the first output on the
   density centre of the bound stars (Casertano & Hut 1985, 6th nearest neighbour), column
@@ -38,16 +44,29 @@ What the columns are here
 Checkpoints and restarts
 ------------------------
 ``OUTDIR/checkpoint.h5`` (:meth:`NBodyRun.write_checkpoint`) holds the whole integrator state
-and the run's own (escapers, centre, ``e0``, output count, ``t_end``, ``dt_out``), the config
-text and a sha256 content checksum (:func:`cmc.io.content_digest`), written to a temporary
-file and renamed (:func:`cmc.io.atomic_h5`).  It is written at t = 0, every
-``output.checkpoint_every`` outputs or after ``output.checkpoint_minutes`` of wall time (checked
-at outputs), at the end and on a clean stop (SIGTERM/SIGINT or ``run.max_wall_hours``: exit
-75), never after a physics failure (the last good one stays).  ``cmc nbody --restart OUTDIR
+(with the close pairs: :data:`PAIR_ARRAYS`, :data:`PAIR_SCALARS`; a checkpoint written before
+them restarts with none) and the run's own (escapers, centre, ``e0``, output count, ``t_end``,
+``dt_out``), the config text and a sha256 content checksum (:func:`cmc.io.content_digest`),
+written to a temporary file and renamed (:func:`cmc.io.atomic_h5`). It is written at t = 0,
+every ``output.checkpoint_every`` outputs or after ``output.checkpoint_minutes`` of wall time
+(checked at outputs), at the end and on a clean stop (SIGTERM/SIGINT or ``run.max_wall_hours``:
+exit 75), never after a physics failure (the last good one stays). ``cmc nbody --restart OUTDIR
 [--t-end T]`` (:func:`resume`) verifies it, truncates diagnostics.h5 to the rows it covers and
 continues bit for bit.
 
-Not yet: close pairs (a step below the integrator's dt_min stops the run: exit 3), binaries,
+Close pairs
+-----------
+A bound pair of stars with steps at or below ``--pair-dt`` (default ``dt_out / 2^12``) and a
+tidal perturbation below ``--pair-gamma`` (default 1e-5; 0 switches the treatment off) is
+carried as an unperturbed Kepler orbit about its centre of mass (:mod:`physics.nbody_pairs`)
+until the perturbation exceeds twice that.  Settings as attributes ``pair_dt``,
+``pair_gamma``; columns ``nb_pairs_formed``, ``nb_pairs_resolved``, ``nb_pairs``.  The
+energies are over all stars with the pairs' members resolved; an unperturbed pair neglects
+its tidal perturbation, so E_tot is conserved only to about gamma times the pairs' binding
+energy.  A perturbed pair, or a triple, still takes small Hermite steps, and a step below the
+integrator's dt_min stops the run (``close_pair``, exit 3).
+
+Not yet: regularised perturbed pairs and multiples, primordial binaries, escaping binaries,
 stellar evolution, tidal fields, snapshots, MPI.
 """
 
@@ -89,13 +108,18 @@ CHECKPOINT = "checkpoint.h5"
 STATE_ARRAYS = ("mass", "pos", "vel", "acc", "jerk", "snap", "crackle", "t", "dt")
 STATE_SCALARS = ("time", "eps2", "eta", "eta_s", "dt_max", "dt_min", "order", "n_blocks",
                  "n_steps", "n_pairs")
+#: The close pairs' arrays and scalars (:mod:`physics.nbody_pairs`); a checkpoint without
+#: them (the format before close pairs) restarts with no pairs and the default settings.
+PAIR_ARRAYS = ("ids", "star_mass", "pair_i", "pair_j", "pair_r", "pair_w", "pair_t0")
+PAIR_SCALARS = ("pair_dt", "pair_gamma", "n_pair_formed", "n_pair_resolved")
 #: NBodyRun's scalars that a checkpoint holds (group ``run``; arrays ``escaped``, ``centre``).
 RUN_SCALARS = ("step", "e0", "wall", "t_end", "dt_out", "t_rh0", "n0", "diag_rows")
 
 #: Columns this mode adds to the Monte Carlo run's (units, meanings).
 NBODY_UNITS = {"centre": "r_vir", "r_c_3d": "r_vir", "rho_c_3d": "M0 r_vir^-3",
                "N_core_3d": "objects", "nb_steps": "particle steps",
-               "wall_s": "s"}
+               "wall_s": "s", "nb_pairs_formed": "pairs", "nb_pairs_resolved": "pairs",
+               "nb_pairs": "pairs"}
 NBODY_MEANINGS = {
     "centre": "centre the radii are measured from: the model's origin at t = 0, then the "
               "density centre of the bound stars (Casertano & Hut 1985, 6th neighbour)",
@@ -104,6 +128,14 @@ NBODY_MEANINGS = {
     "N_core_3d": "stars within r_c_3d of the density centre",
     "nb_steps": "particle steps of the Hermite integrator since the start",
     "wall_s": "wall-clock time of the integration since the start",
+    "nb_pairs_formed": "close pairs taken out of the Hermite integration as unperturbed "
+                       "Kepler orbits since the start",
+    "nb_pairs_resolved": "unperturbed close pairs put back as two stars (perturbation above "
+                         "twice pair_gamma) since the start",
+    "nb_pairs": "unperturbed close pairs now",
+    "E_binding": "internal energy -m1 m2 / 2a of the binaries found by the neighbour search "
+                 "(cmc.nbody_outputs.find_binaries); unlike a Monte Carlo run's, already "
+                 "part of K + W, so not a term of E_tot",
 }
 
 
@@ -128,8 +160,8 @@ def check_supported(cfg: Config) -> None:
     """Refuse (:class:`InputError`, one line naming the key) what this mode cannot run."""
     if cfg.initial.binary_fraction > 0.0:
         raise InputError(f"initial.binary_fraction = {cfg.initial.binary_fraction:g}: cmc "
-                         "nbody cannot run primordial binaries yet (close pairs are not "
-                         "treated); set it to 0")
+                         "nbody cannot run primordial binaries yet (only close pairs "
+                         "formed in the run are treated); set it to 0")
     if cfg.bse.stellar_evolution:
         raise InputError("bse.stellar_evolution = true: cmc nbody has no stellar evolution; "
                          "set it to false")
@@ -202,7 +234,8 @@ class NBodyRun:
 
     def __init__(self, cfg: Config, outdir: Path | None, *, t_end: float | None = None,
                  dt_out: float = DT_OUT, eta: float | None = None, eps: float = 0.0,
-                 order: int = 4) -> None:
+                 order: int = 4, pair_gamma: float | None = None,
+                 pair_dt: float | None = None) -> None:
         from cmc.diagnostics import half_mass_relaxation_time
         from cmc.initial import build_initial_stars, physical_scale
         from cmc.units import Units
@@ -220,6 +253,7 @@ class NBodyRun:
             raise InputError(f"--order {order!r}: must be 4 or 6")
         if t_end is not None and not (t_end > 0.0 and math.isfinite(t_end)):
             raise InputError(f"--t-end {t_end!r}: must be positive")
+        _check_pair_options(pair_gamma, pair_dt, dt_out)
         self.cfg = cfg
         self.outdir = outdir
         try:
@@ -251,8 +285,11 @@ class NBodyRun:
         self.t_end = float(t_end)
         self.dt_out = float(dt_out)
         pos, vel = place_stars(stars, cfg.initial.seed)
+        from physics.nbody_pairs import PAIR_GAMMA
+
         self.nb = NBodyState.create(m, pos, vel, eps=eps, eta=eta, dt_max=self.dt_out,
-                                    order=order)
+                                    order=order, pair_dt=pair_dt,
+                                    pair_gamma=PAIR_GAMMA if pair_gamma is None else pair_gamma)
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=np.float64)
         self.escaped = np.zeros(n, dtype=bool)
         self.centre = np.zeros(3)
@@ -276,6 +313,7 @@ class NBodyRun:
     # ------------------------------------------------------------------ diagnostics
     def diagnostics(self) -> dict:
         """The row of the state's current time (every star synchronised there)."""
+        from cmc.nbody_outputs import binary_columns, escaper_rows, find_binaries
         from physics.nbody import acc_jerk, predicted
         from physics.nbody_kernels import energy_kernel
         from physics.structure import core_properties, lagrange_mean_masses, lagrange_radii
@@ -283,7 +321,7 @@ class NBodyRun:
         st = self.nb
         t = st.time
         pos, vel = predicted(st, t)
-        m = st.mass
+        m = st.star_mass
         _, _, pot = acc_jerk(pos, vel, m, None, st.eps2)
         v2 = np.einsum("ic,ic->i", vel, vel)
         k_all = 0.5 * float(m @ v2)
@@ -303,6 +341,12 @@ class NBodyRun:
         dv = vel - v_cm
         e_star = 0.5 * np.einsum("ic,ic->i", dv, dv) + pot
         new = bound & (e_star > 0.0) & (rad > ESCAPE_RADIUS_RH * r_h)
+        time_rel = t / self.unit_nb
+        ids = np.asarray(self.stars["id"], dtype=np.int64)  # (predicted: in star order)
+        self.escaper_rows = escaper_rows(
+            new, ids, m, pos, vel, pot, self.centre, v_cm, self.step, time_rel,
+            star_fields={k: self.stars[k] for k in ("m_msun", "rad", "startype")
+                         if k in self.stars})
         if np.any(new):
             self.escaped |= new
             bound = ~self.escaped
@@ -319,7 +363,7 @@ class NBodyRun:
         r_c, rho_c, n_core = core_properties(rb, mb, r_h)
         xd, r_c3, rho_c3 = density_centre(pos[bound], m[bound])
         d3 = np.sqrt(np.einsum("ic,ic->i", pos[bound] - xd, pos[bound] - xd))
-        time_rel = t / self.unit_nb
+        binaries = find_binaries(pos[bound], vel[bound], m[bound], ids[bound], st.eps2)
         n_esc = int(np.count_nonzero(self.escaped))
         return {
             "step": self.step, "time": time_rel, "time_nb": t,
@@ -335,7 +379,9 @@ class NBodyRun:
             "virial_ratio": 2.0 * k / abs(w), "r_max": float(rb[-1]),
             "centre": self.centre.copy(), "r_c_3d": r_c3, "rho_c_3d": rho_c3,
             "N_core_3d": int(np.count_nonzero(d3 <= r_c3)), "nb_steps": st.n_steps,
-            "wall_s": self.wall,
+            "wall_s": self.wall, "nb_pairs_formed": st.n_pair_formed,
+            "nb_pairs_resolved": st.n_pair_resolved, "nb_pairs": st.n_pairs_now,
+            **binary_columns(binaries, pos[bound], float(r_c), self.centre),
         }
 
     def attrs(self) -> dict:
@@ -345,10 +391,11 @@ class NBodyRun:
         return {"mode": "nbody",
                 "integrator": f"hermite{self.nb.order} block steps (physics.nbody)",
                 "order": self.nb.order, "eta": self.nb.eta, "eps": math.sqrt(self.nb.eps2),
-                "dt_out": self.dt_out,
+                "dt_out": self.dt_out, "pair_dt": self.nb.pair_dt,
+                "pair_gamma": self.nb.pair_gamma,
                 "t_end_nb": self.t_end, "lagrange_fractions": self.fractions,
                 "stop_reason": "", "t_rh0": self.t_rh0, "t_rh0_nb": self.t_rh0_nb,
-                "n0": self.n0, "e0": self.e0, "m0": float(np.sum(self.nb.mass)),
+                "n0": self.n0, "e0": self.e0, "m0": float(np.sum(self.nb.star_mass)),
                 "time_unit": DIAG_UNITS["time"], "tidal_mode": self.cfg.tidal.mode,
                 "escape_radius_rh": ESCAPE_RADIUS_RH, "cmc_version": __version__,
                 "config": self.cfg.to_ini(), "mpi_size": 1, **self.units.attrs()}
@@ -372,6 +419,9 @@ class NBodyRun:
                                  f"{self.step}, not {self.step + 1}: it does not belong to "
                                  f"{self.outdir / CHECKPOINT}")
             history = data
+            for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs"):
+                # a run begun before close pairs were treated had none
+                history.setdefault(name, np.zeros(rows, dtype=np.int64))
             d = {k: v[-1] for k, v in data.items()}
         writer = cio.DiagnosticsWriter(path, self.attrs(), {**DIAG_UNITS, **NBODY_UNITS},
                                        {**DIAG_MEANINGS, **NBODY_MEANINGS}, history)
@@ -381,12 +431,18 @@ class NBodyRun:
         """Evolve to ``t_end``, a row per output; returns the stop reason (``max_time``,
         ``energy_error``, ``close_pair``, ``signal``, ``wall_clock``).  Continues from
         ``self.step`` (a restart, :func:`resume`)."""
+        from cmc.nbody_outputs import open_escapers
         from physics.nbody import evolve
 
         out = self.cfg.output
-        writer = None
+        writer = escapers = None
         if self.outdir is not None:
             writer, d = self._open_writer()
+            escapers = open_escapers(self.outdir / "escapers.h5",
+                                     {"mode": "nbody", "n0": self.n0, **self.units.attrs()},
+                                     self.step)
+            if self.step == 0:  # (a restart's rows to its checkpoint are in the file)
+                escapers.append(self.escaper_rows)
         else:
             d = self.diagnostics()
         self._progress(d)
@@ -416,6 +472,7 @@ class NBodyRun:
                 d = self.diagnostics()
                 if writer is not None:
                     writer.append({name: [v] for name, v in d.items()})
+                    escapers.append(self.escaper_rows)
                 if k % per_line == 0 or k == n_out:
                     self._progress(d)
                 if abs(d["dE_rel"]) > self.cfg.run.energy_error_max:
@@ -445,6 +502,7 @@ class NBodyRun:
                 signal.signal(sig, h)
             if writer is not None:  # (an exception or Ctrl-C: "interrupted")
                 writer.close({"stop_reason": reason or "interrupted"})
+                escapers.close()
         st = self.nb
         if self.wall > 0.0:
             log.info("timing: %.3f t_NB in %.2f s (%.3g s per N-body time unit), %d particle "
@@ -463,7 +521,7 @@ class NBodyRun:
 
         path = self.outdir / CHECKPOINT
         st = self.nb
-        cio.check_free_space(path, 8 * st.n * 24 + 65536)
+        cio.check_free_space(path, 8 * st.n_stars * 26 + 65536)
         with cio.atomic_h5(path) as fh:
             fh.attrs["mode"] = "nbody"
             fh.attrs["config"] = self.cfg.to_ini()
@@ -471,6 +529,10 @@ class NBodyRun:
             for name in STATE_ARRAYS:
                 g.create_dataset(name, data=getattr(st, name))
             for name in STATE_SCALARS:
+                g.attrs[name] = getattr(st, name)
+            for name in PAIR_ARRAYS:
+                g.create_dataset(name, data=getattr(st, name))
+            for name in PAIR_SCALARS:
                 g.attrs[name] = getattr(st, name)
             r = fh.create_group("run")
             r.create_dataset("escaped", data=self.escaped)
@@ -487,13 +549,26 @@ class NBodyRun:
     def restore(self, ck: dict) -> None:
         """Take the integrator and run state of a checkpoint (:func:`read_checkpoint`)."""
         from physics.nbody import NBodyState
+        from physics.nbody_pairs import init_pairs
 
         arrays, scalars, run = ck["nbody"], ck["nbody_attrs"], ck["run_attrs"]
-        if not np.array_equal(arrays["mass"], self.nb.mass) or run["n0"] != self.n0:
+        star_mass = arrays.get("star_mass", arrays["mass"])
+        if not np.array_equal(star_mass, self.nb.star_mass) or run["n0"] != self.n0:
             raise InputError(f"{ck['path']}: its stars are not the initial model's of its "
                              "config (the model file changed?)")
         st = NBodyState(**{k: np.array(arrays[k]) for k in STATE_ARRAYS},
                         **{k: scalars[k] for k in STATE_SCALARS})
+        if "pair_i" in arrays:  # else: the format before close pairs, no pairs
+            for k in PAIR_ARRAYS:
+                setattr(st, k, np.array(arrays[k]))
+            st.ids, st.pair_i, st.pair_j = (np.array(x, dtype=np.int64)
+                                            for x in (st.ids, st.pair_i, st.pair_j))
+            st.pair_r, st.pair_w = st.pair_r.reshape(-1, 3), st.pair_w.reshape(-1, 3)
+        for k in PAIR_SCALARS:  # the settings this run was created with, when not stored
+            setattr(st, k, scalars.get(k, getattr(self.nb, k)))
+        st.pair_dt, st.pair_gamma = float(st.pair_dt), float(st.pair_gamma)
+        st.n_pair_formed, st.n_pair_resolved = int(st.n_pair_formed), int(st.n_pair_resolved)
+        init_pairs(st)
         st.order = int(st.order)
         for name in ("n_blocks", "n_steps", "n_pairs"):
             setattr(st, name, int(getattr(st, name)))
@@ -508,9 +583,9 @@ class NBodyRun:
 
     def _progress(self, d: dict) -> None:
         log.info("output %d t=%.4f t_rh0 (%.4g t_NB, %.4g Myr) N=%d r_c=%.4g r_h=%.4g "
-                 "N_core=%.1f r_c_3d=%.4g dE/E0=%.2e steps=%d", d["step"], d["time_trh"],
-                 d["time_nb"], d["time_myr"], d["N"], d["r_c"], d["r_h"], d["N_core"],
-                 d["r_c_3d"], d["dE_rel"], d["nb_steps"])
+                 "N_core=%.1f r_c_3d=%.4g dE/E0=%.2e steps=%d pairs=%d", d["step"],
+                 d["time_trh"], d["time_nb"], d["time_myr"], d["N"], d["r_c"], d["r_h"],
+                 d["N_core"], d["r_c_3d"], d["dE_rel"], d["nb_steps"], d["nb_pairs"])
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -534,9 +609,12 @@ def read_checkpoint(path: Path) -> dict:
                 raise InputError(f"{path} is not a cmc nbody checkpoint (a cmc run one? "
                                  "continue it with cmc restart)")
             cio.verify_checksum(fh, path, ("nbody", "run"))
+            g = fh["nbody"]
             ck = {"path": path, "config": str(fh.attrs["config"]),
-                  "nbody": {k: fh["nbody"][k][...] for k in STATE_ARRAYS},
-                  "nbody_attrs": {k: fh["nbody"].attrs[k].item() for k in STATE_SCALARS},
+                  "nbody": {k: g[k][...] for k in STATE_ARRAYS + PAIR_ARRAYS
+                            if k in STATE_ARRAYS or k in g},
+                  "nbody_attrs": {k: g.attrs[k].item() for k in STATE_SCALARS + PAIR_SCALARS
+                                  if k in STATE_SCALARS or k in g.attrs},
                   "run": {k: fh["run"][k][...] for k in ("escaped", "centre")},
                   "run_attrs": {k: fh["run"].attrs[k].item() for k in RUN_SCALARS}}
         except InputError:
@@ -544,10 +622,17 @@ def read_checkpoint(path: Path) -> dict:
         except Exception as exc:  # damaged metadata: many exception types (cmc.io)
             raise InputError(f"checkpoint {path} is damaged: unreadable HDF5 metadata "
                              f"({type(exc).__name__}: {exc})") from None
-    n = ck["nbody"]["mass"].size
-    shapes_ok = all(ck["nbody"][k].shape == (n, 3) for k in STATE_ARRAYS[1:7]) \
-        and ck["nbody"]["t"].shape == ck["nbody"]["dt"].shape == ck["run"]["escaped"].shape \
-        == (n,) and ck["run"]["centre"].shape == (3,)
+    a = ck["nbody"]
+    n = a["mass"].size
+    nstar = a["star_mass"].size if "star_mass" in a else n
+    shapes_ok = all(a[k].shape == (n, 3) for k in STATE_ARRAYS[1:7]) \
+        and a["t"].shape == a["dt"].shape == (n,) \
+        and ck["run"]["escaped"].shape == (nstar,) and ck["run"]["centre"].shape == (3,)
+    if "pair_i" in a:
+        npair = a["pair_i"].size
+        shapes_ok = shapes_ok and a["ids"].shape == (n,) and n + npair == nstar \
+            and a["pair_j"].shape == a["pair_t0"].shape == (npair,) \
+            and a["pair_r"].size == a["pair_w"].size == 3 * npair
     finite = all(np.all(np.isfinite(v)) for v in ck["nbody"].values()) \
         and all(math.isfinite(v) for v in ck["nbody_attrs"].values())
     if not (shapes_ok and finite and n >= 2):
@@ -555,23 +640,46 @@ def read_checkpoint(path: Path) -> dict:
     return ck
 
 
+def _check_pair_options(pair_gamma: float | None, pair_dt: float | None,
+                        dt_out: float) -> None:
+    """``--pair-gamma`` (>= 0, finite; 0: off) and ``--pair-dt`` (a power of two, at most
+    ``--dt-out`` and at least the integrator's dt_min): one-line InputErrors."""
+    if pair_gamma is not None and not (pair_gamma >= 0.0 and math.isfinite(pair_gamma)):
+        raise InputError(f"--pair-gamma {pair_gamma!r}: must be >= 0 (0 switches close pairs "
+                         "off)")
+    if pair_dt is not None and not (
+            pair_dt > 0.0 and math.isfinite(pair_dt) and math.frexp(pair_dt)[0] == 0.5
+            and 2.0 ** -40 <= pair_dt <= dt_out):
+        raise InputError(f"--pair-dt {pair_dt!r}: must be a power of two between 2^-40 and "
+                         f"--dt-out ({dt_out:g})")
+
+
 def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None,
-           eta: float | None = None, dt_out: float | None = None) -> NBodyRun:
+           eta: float | None = None, dt_out: float | None = None,
+           pair_gamma: float | None = None, pair_dt: float | None = None) -> NBodyRun:
     """The run of ``OUTDIR/checkpoint.h5`` ready to continue (``cmc nbody --restart``): to
     its own ``t_end``, or to ``t_end`` when given (later than the checkpoint).  ``order``,
-    ``eta``, ``dt_out`` define the run: given, they must be the checkpoint's."""
+    ``eta``, ``dt_out``, ``pair_gamma``, ``pair_dt`` define the run: given, they must be the
+    checkpoint's."""
     from cmc.config import load_config
 
     ck = read_checkpoint(outdir / CHECKPOINT)
     nb, run = ck["nbody_attrs"], ck["run_attrs"]
+    from physics.nbody_pairs import PAIR_GAMMA, default_pair_dt
+
+    nb.setdefault("pair_gamma", PAIR_GAMMA)  # (a checkpoint from before close pairs)
+    nb.setdefault("pair_dt", default_pair_dt(nb["dt_max"]))
     for opt, given, have in (("--order", order, nb["order"]), ("--eta", eta, nb["eta"]),
-                             ("--dt-out", dt_out, run["dt_out"])):
+                             ("--dt-out", dt_out, run["dt_out"]),
+                             ("--pair-gamma", pair_gamma, nb["pair_gamma"]),
+                             ("--pair-dt", pair_dt, nb["pair_dt"])):
         if given is not None and given != have:
             raise InputError(f"{opt} {given:g}: the run in {outdir} has {have:g}; a restart "
                              "continues it as it is (start a new run to change it)")
     cfg = load_config(text=ck["config"])
     self = NBodyRun(cfg, None, t_end=float(run["t_end"]), dt_out=float(run["dt_out"]),
-                    eta=float(nb["eta"]), eps=math.sqrt(nb["eps2"]), order=int(nb["order"]))
+                    eta=float(nb["eta"]), eps=math.sqrt(nb["eps2"]), order=int(nb["order"]),
+                    pair_gamma=float(nb["pair_gamma"]), pair_dt=float(nb["pair_dt"]))
     self.restore(ck)
     if t_end is not None:
         if not (math.isfinite(t_end) and t_end > self.nb.time):

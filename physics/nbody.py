@@ -1,8 +1,8 @@
 """Direct N-body integration: 4th- or 6th-order Hermite with individual block time steps (library
 core).
 
-The first slice of issue 50 (a direct N-body mode next to the Monte Carlo method): the
-integrator core as a library, without close-pair treatment, command line or files.
+The first slices of issue 50 (a direct N-body mode next to the Monte Carlo method): the
+integrator core as a library, with unperturbed close pairs, without command line or files.
 
 Units: N-body (Hénon) units, G = 1; masses, positions and velocities are whatever the caller
 gives (for a cluster: total mass 1, energy -1/4, so the crossing time is 2 sqrt(2)).  Plummer
@@ -36,8 +36,17 @@ Method
   :func:`momentum`, all at the state's time (prediction with the last step's snap and crackle
   of the particles not at that time).
 
-Still needed for issue 50: close pairs and multiples handed to the few-body engine
-(:mod:`physics.fewbody`) or regularised, MPI over i-particles and the GPU (CuPy) force kernel
+* Close pairs (:mod:`physics.nbody_pairs`, ``pair_gamma > 0``; off by default here, on in
+  ``cmc nbody``): a bound pair whose steps fall to ``pair_dt`` (default ``dt_max / 2^12``) and
+  whose tidal perturbation is below ``pair_gamma`` is integrated as its centre of mass, its
+  relative orbit carried analytically (Kepler) until the perturbation exceeds twice
+  ``pair_gamma``.  The arrays then hold only the integrated bodies (``ids``: their original
+  indices); :func:`predicted`, :func:`energy`, :func:`momentum`, :func:`angular_momentum`
+  give every star, the pairs resolved in a copy.
+
+Still needed for issue 50: perturbed pairs and multiples regularised or handed to the
+few-body engine (:mod:`physics.fewbody`; a perturbed pair still takes small Hermite steps and
+stops the integration below ``dt_min``), MPI over i-particles and the GPU (CuPy) force kernel
 (``cmc nbody``, its checkpoints and ``cmc compare`` are in :mod:`cmc.nbody`, :mod:`cmc.compare`).
 """
 
@@ -64,6 +73,7 @@ from physics.nbody_kernels import (
     predict_taylor,
     quantise_down,
 )
+from physics.nbody_pairs import default_pair_dt, expand, init_pairs, update_pairs
 
 __all__ = [
     "NBodyState",
@@ -159,6 +169,12 @@ class NBodyState:
     time step and for output; at order 6 the snap is computed and the crackle the estimate),
     its time ``t`` and step ``dt``.  ``order`` is the Hermite scheme's, 4 or 6.  ``time`` is
     the system's time (the last block time reached, or the ``t_end`` of :func:`evolve`).
+
+    The per-body arrays hold the integrated bodies: the stars, except that each unperturbed
+    close pair is one body (its centre of mass, in its first member's place) while the pair's
+    relative orbit is in ``pair_i``, ``pair_j``, ``pair_r``, ``pair_w``, ``pair_t0``
+    (:mod:`physics.nbody_pairs`); ``ids`` maps bodies to stars, ``star_mass`` holds every
+    star's mass.  Without pairs the layout is the stars' own.
     """
 
     mass: np.ndarray
@@ -181,18 +197,42 @@ class NBodyState:
     n_blocks: int = 0
     n_steps: int = 0
     n_pairs: int = 0
+    #: close pairs (:mod:`physics.nbody_pairs`): settings, counters, the original index of
+    #: each integrated body, the masses of all stars and the pairs' structure of arrays
+    pair_dt: float = 0.0
+    pair_gamma: float = 0.0
+    n_pair_formed: int = 0
+    n_pair_resolved: int = 0
+    ids: np.ndarray = field(default=None, repr=False)
+    star_mass: np.ndarray = field(default=None, repr=False)
+    pair_i: np.ndarray = field(default=None, repr=False)
+    pair_j: np.ndarray = field(default=None, repr=False)
+    pair_r: np.ndarray = field(default=None, repr=False)
+    pair_w: np.ndarray = field(default=None, repr=False)
+    pair_t0: np.ndarray = field(default=None, repr=False)
     _ppos: np.ndarray = field(default=None, repr=False)
     _pvel: np.ndarray = field(default=None, repr=False)
     _pacc: np.ndarray = field(default=None, repr=False)
 
     @property
     def n(self) -> int:
-        """Number of particles."""
+        """Number of integrated bodies (stars, and one centre of mass per close pair)."""
         return self.mass.size
+
+    @property
+    def n_stars(self) -> int:
+        """Number of stars (the particles given to :meth:`create`)."""
+        return self.star_mass.size
+
+    @property
+    def n_pairs_now(self) -> int:
+        """Number of unperturbed close pairs now."""
+        return int(self.pair_i.size)
 
     @classmethod
     def create(cls, mass, pos, vel, *, eps=0.0, eta=None, eta_s=0.01, dt_max=0.125,
-               dt_min=2.0 ** -40, time=0.0, order=4) -> NBodyState:
+               dt_min=2.0 ** -40, time=0.0, order=4, pair_dt=None,
+               pair_gamma=0.0) -> NBodyState:
         """Initial state: forces of all particles at ``time``, first steps ``eta_s |a|/|j|``.
 
         Parameters
@@ -212,9 +252,19 @@ class NBodyState:
         dt_max, dt_min : float
             Largest and smallest step, powers of two; ``time`` must be a multiple of
             ``dt_max``.  A step below ``dt_min`` stops :func:`evolve` with an error (a close
-            pair that needs the treatment this slice does not have yet).
+            pair not taken out as an unperturbed pair: pairs off, perturbed, or a multiple).
         order : int
             4: Hermite of Makino & Aarseth (1992); 6: Nitadori & Makino (2008).
+        pair_dt : float, optional
+            Close pairs (:mod:`physics.nbody_pairs`): a body whose step falls to or below
+            ``pair_dt`` (a power of two in ``[dt_min, dt_max]``; default ``dt_max / 2^12``,
+            :data:`physics.nbody_pairs.PAIR_DT_LEVELS`) may become part of an unperturbed pair.
+            When that default is below ``dt_min`` (fixed steps), there are no close pairs.
+        pair_gamma : float
+            Tidal perturbation below which a bound close pair is carried as a Kepler orbit;
+            0 (the default here: the integrator as it was, bit for bit) switches the
+            treatment off; ``cmc nbody`` uses :data:`physics.nbody_pairs.PAIR_GAMMA` (1e-5).
+            No pair is formed with softening (``eps > 0``).
         """
         mass = np.array(mass, dtype=np.float64).reshape(-1)
         n = mass.size
@@ -235,6 +285,15 @@ class NBodyState:
             raise ValueError("dt_min > dt_max")
         if math.fmod(time, dt_max) != 0.0:
             raise ValueError("the starting time must be a multiple of dt_max")
+        if pair_dt is None:
+            pair_dt = default_pair_dt(dt_max)
+            if pair_dt < dt_min:  # steps never get that small: no close pairs
+                pair_dt, pair_gamma = dt_min, 0.0
+        pair_dt = _check_power_of_two("pair_dt", pair_dt)
+        if not dt_min <= pair_dt <= dt_max:
+            raise ValueError(f"pair_dt = {pair_dt!r} must lie in [dt_min, dt_max]")
+        if not (pair_gamma >= 0.0 and math.isfinite(pair_gamma)):
+            raise ValueError(f"pair_gamma must be >= 0 and finite, got {pair_gamma!r}")
         acc, jerk, _ = acc_jerk(pos, vel, mass, None, eps * eps)
         snap = np.zeros((n, 3))
         if order == 6:  # a second pass with the accelerations of the first for the snap
@@ -253,7 +312,9 @@ class NBodyState:
         state = cls(mass=mass, pos=pos, vel=vel, acc=acc, jerk=jerk, snap=snap,
                     crackle=np.zeros((n, 3)), t=np.full(n, float(time)), dt=dt,
                     time=float(time), eps2=float(eps) ** 2, eta=float(eta),
-                    eta_s=float(eta_s), dt_max=dt_max, dt_min=dt_min, order=int(order))
+                    eta_s=float(eta_s), dt_max=dt_max, dt_min=dt_min, order=int(order),
+                    pair_dt=pair_dt, pair_gamma=float(pair_gamma))
+        init_pairs(state)
         state.n_pairs = n * (n - 1) * (2 if order == 6 else 1)
         state._ppos = np.empty((n, 3))
         state._pvel = np.empty((n, 3))
@@ -289,10 +350,33 @@ def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
     state.n_blocks += 1
     state.n_steps += active.size
     state.n_pairs += active.size * (state.n - 1)
+    pairs = state.pair_gamma > 0.0 and state.eps2 == 0.0
+    if pairs and update_pairs(state, tnow, active, _fresh_forces(state)) and bad:
+        # the bodies whose step fell below dt_min and were not taken into a pair
+        left = state.t == tnow
+        left &= state.dt <= state.dt_min
+        if state.n_pairs_now:
+            left[np.searchsorted(state.ids, state.pair_i)] = False
+        bad = int(np.count_nonzero(left))
     if bad:
         raise FloatingPointError(
             f"{bad} particle(s) need a step below dt_min = {state.dt_min:g} at t = {tnow!r} "
-            "(a close pair: not treated by this integrator yet)")
+            "(a close pair not taken out as an unperturbed pair: pairs off, perturbed, or a "
+            "multiple)")
+
+
+def _fresh_forces(state: NBodyState):
+    """The force of the pairs' bodies (:func:`physics.nbody_pairs.update_pairs`): acceleration,
+    jerk and (order 6: a second pass with the accelerations of the first) snap of ``rows``."""
+    def force(pos, vel, acc, rows):
+        a, j, _ = acc_jerk(pos, vel, state.mass, rows, state.eps2)
+        if state.order != 6:
+            return a, j, np.zeros_like(a)
+        acc = acc.copy()
+        acc[rows] = a
+        a, j, s, _ = acc_jerk_snap(pos, vel, acc, state.mass, rows, state.eps2)
+        return a, j, s
+    return force
 
 
 def evolve(state: NBodyState, t_end: float) -> NBodyState:
@@ -311,6 +395,8 @@ def evolve(state: NBodyState, t_end: float) -> NBodyState:
         raise ValueError("t_end is before the state's time")
     tnext = np.empty(state.n)
     while True:
+        if tnext.size != state.n:  # a pair formed or resolved
+            tnext = np.empty(state.n)
         np.add(state.t, state.dt, out=tnext)
         tnow = float(tnext.min())
         if tnow > t_end:
@@ -321,7 +407,9 @@ def evolve(state: NBodyState, t_end: float) -> NBodyState:
 
 
 def predicted(state: NBodyState, time: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Positions and velocities of all particles at ``time`` (default ``state.time``).
+    """Positions and velocities of all particles at ``time`` (default ``state.time``):
+    ``(N, 3)``, every star in the order given to :meth:`NBodyState.create`, the members of
+    the close pairs from their centre of mass and relative Kepler orbit.
 
     Particles at that time are returned as they are; the others are extrapolated from their
     own time by the Taylor series with the last step's snap and crackle (5th order in
@@ -333,24 +421,24 @@ def predicted(state: NBodyState, time: float | None = None) -> tuple[np.ndarray,
     pvel = np.empty_like(state.vel)
     predict_taylor(state.pos, state.vel, state.acc, state.jerk, state.snap, state.crackle,
                    state.t, time, ppos, pvel)
-    return ppos, pvel
+    return expand(state, ppos, pvel, time)
 
 
 def energy(state: NBodyState, time: float | None = None) -> tuple[float, float]:
     """Kinetic and potential energy ``(K, W)`` at ``time`` (default ``state.time``), by direct
     summation over the pairs with the state's softening."""
     pos, vel = predicted(state, time)
-    k, w = energy_kernel(pos, vel, state.mass, state.eps2)
+    k, w = energy_kernel(pos, vel, state.star_mass, state.eps2)
     return float(k), float(w)
 
 
 def momentum(state: NBodyState, time: float | None = None) -> np.ndarray:
     """Total linear momentum at ``time`` (default ``state.time``)."""
     _, vel = predicted(state, time)
-    return state.mass @ vel
+    return state.star_mass @ vel
 
 
 def angular_momentum(state: NBodyState, time: float | None = None) -> np.ndarray:
     """Total angular momentum about the origin at ``time`` (default ``state.time``)."""
     pos, vel = predicted(state, time)
-    return state.mass @ np.cross(pos, vel)
+    return state.star_mass @ np.cross(pos, vel)

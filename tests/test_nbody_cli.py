@@ -57,6 +57,19 @@ def test_diagnostics_as_the_monte_carlo_run(runs):
     # the N-body potential energy of this realisation is near the spherical model's
     assert dn["W"][0] == pytest.approx(dm["W"][0], rel=0.1)
     assert np.all(dn["N"] + dn["N_escaped"] == 200)
+    # the binary columns of the Monte Carlo run (a binary is one object) and the escaper
+    # table with its columns (one row per star counted as escaped)
+    for name in ("N_binaries", "binary_fraction", "binary_fraction_core", "E_binding"):
+        assert name in shared, name
+    assert dn["N_binaries"][0] == 0
+    np.testing.assert_allclose(dn["binary_fraction"],
+                               dn["N_binaries"] / (dn["N"] - dn["N_binaries"]), rtol=1e-14)
+    assert np.all((dn["E_binding"] < 0) == (dn["N_binaries"] > 0))
+    with h5py.File(nb / "escapers.h5", "r") as fe, h5py.File(mc / "escapers.h5") as fm:
+        assert set(fe) == set(fm)
+        assert fe["id"].shape[0] == dn["N_escaped"][-1]
+        for name in fe:
+            assert fe[name].attrs["unit"] == fm[name].attrs["unit"], name
 
 
 def test_initial_stars_are_those_of_cmc_run(runs):

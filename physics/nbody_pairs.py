@@ -1,0 +1,335 @@
+"""Unperturbed close pairs of the direct N-body integrator (issue 50, "Close pairs").
+
+A hard binary makes the Hermite integrator of :mod:`physics.nbody` take ever smaller steps.
+As NBODY's unperturbed two-body motion (Aarseth 2003, ch. 5) and Fewbody's collapse of
+isolated binaries (:func:`physics.fewbody_kepler.collapse_isolated`), a bound pair whose tidal
+perturbation from the rest of the system is small is taken out of the Hermite integration:
+the two stars are replaced by their centre of mass (one integrated body of mass ``m_i +
+m_j``), and their relative orbit is carried analytically by
+:func:`physics.fewbody_kepler.kepler_propagate` (elliptic Kepler, Lagrange f and g) from the
+time at which it was taken.
+
+Units: N-body units, G = 1, as :mod:`physics.nbody`.
+
+Criteria
+--------
+* Forming (after a block step, :func:`update_pairs`): an active single body ``i`` whose new
+  step is at or below ``pair_dt``, whose nearest neighbour ``j`` (at the block time) is a
+  single body also at the block time, bound to it (``w^2/2 - (m_i + m_j)/r < 0``), with the
+  tidal perturbation ``gamma = max_k 2 m_k R^3 / ((m_i + m_j) d_k^3)`` (``R = a (1 + e)`` the
+  apocentre, ``d_k`` the distance of body ``k`` from the pair's centre of mass, over every
+  other integrated body) below ``pair_gamma``.
+* Resolving: at each of the centre of mass's block steps ``gamma`` is recomputed; above
+  :data:`HYSTERESIS` ``pair_gamma`` the two stars are put back, at the block time, with the
+  propagated relative orbit, fresh forces and first steps.
+
+Layout
+------
+The state's per-body arrays (``mass``, ``pos``, ... of :class:`physics.nbody.NBodyState`) hold
+only the integrated bodies, compacted, in the order of ``ids`` (the original index of each
+body; for a pair's body its first member's, so ``ids`` stays sorted and a state without
+pairs is laid out as before).  The pairs are a small structure of arrays: ``pair_i <
+pair_j`` (original indices), ``pair_r``, ``pair_w`` (relative position and velocity ``x_j -
+x_i``, ``v_j - v_i`` at time ``pair_t0``); ``star_mass`` holds the masses of all original
+stars.  Only loops over the pairs are in Python; the force kernels are unchanged.
+
+Limits: the two-body motion is exact only for ``eps = 0`` (with softening no pair is
+formed); a pair whose perturbation is above ``pair_gamma`` stays in the Hermite integration
+with small steps (and can still stop it at ``dt_min``); pairs of pairs, triples and other
+multiples are not regularised.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from physics.fewbody_kepler import kepler_propagate
+from physics.nbody_kernels import quantise_down
+
+__all__ = ["HYSTERESIS", "PAIR_DT_LEVELS", "PAIR_GAMMA", "default_pair_dt", "expand",
+           "init_pairs", "perturbation", "update_pairs"]
+
+#: Default ``pair_dt = dt_max / 2^PAIR_DT_LEVELS``: with dt_max = 1/8 (the default output
+#: interval) 2^-15 = 3.1e-5 N-body units, some 10^5 times shorter than a crossing time and
+#: below the steps of the single stars of a Plummer core at N <= 10^4; only stars in tight
+#: binaries (periods of order 100 such steps) get there.
+PAIR_DT_LEVELS = 12
+#: Default tidal perturbation below which a pair is unperturbed: 1e-5 (NBODY's GMIN for
+#: unperturbed KS motion is 1e-6; we take 1e-5 because a perturbed pair has no
+#: regularisation here, and the energy the approximation neglects is of order gamma times
+#: the binary's binding energy).
+PAIR_GAMMA = 1e-5
+#: A pair is resolved when its perturbation exceeds ``HYSTERESIS x pair_gamma``.
+HYSTERESIS = 2.0
+_EMPTY_INT = np.zeros(0, dtype=np.int64)
+
+
+def default_pair_dt(dt_max: float) -> float:
+    """``dt_max / 2^PAIR_DT_LEVELS`` (a power of two when ``dt_max`` is one)."""
+    return math.ldexp(float(dt_max), -PAIR_DT_LEVELS)
+
+
+def init_pairs(state, star_mass=None) -> None:
+    """Give ``state`` an empty pair structure (no pairs: ``ids = arange(n)``), keeping any
+    part it has already (a restored checkpoint)."""
+    n = state.mass.size
+    if state.ids is None:
+        state.ids = np.arange(n, dtype=np.int64)
+    if state.star_mass is None:
+        state.star_mass = state.mass.copy() if star_mass is None else star_mass
+    if state.pair_i is None:
+        state.pair_i = _EMPTY_INT.copy()
+        state.pair_j = _EMPTY_INT.copy()
+        state.pair_r = np.zeros((0, 3))
+        state.pair_w = np.zeros((0, 3))
+        state.pair_t0 = np.zeros(0)
+
+
+def _relative_at(state, k: int, time: float) -> tuple[np.ndarray, np.ndarray]:
+    """Relative position and velocity of pair ``k`` at ``time`` (Kepler, from pair_t0)."""
+    r1 = np.empty(3)
+    w1 = np.empty(3)
+    mu = float(state.star_mass[state.pair_i[k]] + state.star_mass[state.pair_j[k]])
+    kepler_propagate(state.pair_r[k], state.pair_w[k], mu, time - state.pair_t0[k], r1, w1)
+    return r1, w1
+
+
+def _members(state, k, xc, vc, time):
+    """Positions and velocities of pair ``k``'s members ``(xi, vi, xj, vj)`` at ``time``
+    from its centre of mass ``xc``, ``vc``."""
+    mi = state.star_mass[state.pair_i[k]]
+    mj = state.star_mass[state.pair_j[k]]
+    r, w = _relative_at(state, k, time)
+    fi, fj = mj / (mi + mj), mi / (mi + mj)
+    return xc - fi * r, vc - fi * w, xc + fj * r, vc + fj * w
+
+
+def expand(state, pos: np.ndarray, vel: np.ndarray,
+           time: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every original star's position and velocity ``(N, 3)`` at ``time`` from the bodies'
+    ``pos``, ``vel`` ``(n, 3)`` at that time (the pairs resolved in a copy, not in the
+    state).  Without pairs the arrays are returned as they are."""
+    if state.pair_i.size == 0:
+        return pos, vel
+    nstar = state.star_mass.size
+    out_x = np.empty((nstar, 3))
+    out_v = np.empty((nstar, 3))
+    out_x[state.ids] = pos
+    out_v[state.ids] = vel
+    rows = np.searchsorted(state.ids, state.pair_i)
+    for k in range(state.pair_i.size):
+        xi, vi, xj, vj = _members(state, k, pos[rows[k]], vel[rows[k]], time)
+        out_x[state.pair_i[k]], out_v[state.pair_i[k]] = xi, vi
+        out_x[state.pair_j[k]], out_v[state.pair_j[k]] = xj, vj
+    return out_x, out_v
+
+
+def perturbation(pos: np.ndarray, mass: np.ndarray, skip, xc: np.ndarray, mpair: float,
+                 apo: float) -> float:
+    """Largest tidal perturbation ``2 m_k apo^3 / (mpair d_k^3)`` of the bodies ``k`` (rows of
+    ``pos``, ``mass``, except the rows in ``skip``) on a pair of mass ``mpair`` and apocentre
+    ``apo`` centred at ``xc`` (the form of :func:`physics.fewbody_classify.tidal_perturbation`
+    for equal masses, normalised by the pair's mass); infinite when a body is within ``apo``."""
+    d2 = np.einsum("ic,ic->i", pos - xc, pos - xc)
+    keep = np.ones(d2.size, dtype=bool)
+    keep[list(skip)] = False
+    if not np.any(keep):
+        return 0.0
+    d2 = d2[keep]
+    if float(d2.min()) <= apo * apo:
+        return math.inf
+    return float(np.max(2.0 * mass[keep] * apo ** 3 / (mpair * d2 * np.sqrt(d2))))
+
+
+def _orbit(r: np.ndarray, w: np.ndarray, mu: float) -> tuple[float, float]:
+    """Energy per unit reduced mass and apocentre ``a (1 + e)`` of a relative orbit
+    (apocentre infinite when unbound)."""
+    rn = math.sqrt(float(r @ r))
+    w2 = float(w @ w)
+    en = 0.5 * w2 - mu / rn
+    if en >= 0.0:
+        return en, math.inf
+    a = -0.5 * mu / en
+    h = np.cross(r, w)
+    e = math.sqrt(max(0.0, 1.0 - float(h @ h) / (mu * a)))
+    return en, a * (1.0 + e)
+
+
+def _first_step(state, acc: np.ndarray, jerk: np.ndarray, tnow: float) -> np.ndarray:
+    """First steps ``eta_s |a| / |j|`` (as :meth:`physics.nbody.NBodyState.create`), powers
+    of two that divide ``tnow``; a step below ``dt_min`` raises FloatingPointError."""
+    amod = np.sqrt(np.einsum("ic,ic->i", acc, acc))
+    jmod = np.sqrt(np.einsum("ic,ic->i", jerk, jerk))
+    out = np.empty(amod.size)
+    for k in range(amod.size):  # the few bodies of the pairs formed or resolved
+        want = state.eta_s * amod[k] / jmod[k] if jmod[k] > 0.0 else state.dt_max
+        h = quantise_down(want, state.dt_max) if want > 0.0 else state.dt_min
+        while h >= state.dt_min and math.floor(tnow / h) != tnow / h:
+            h *= 0.5
+        if h < state.dt_min:
+            raise FloatingPointError(f"a pair's body needs a first step below dt_min = "
+                                     f"{state.dt_min:g} at t = {tnow!r}")
+        out[k] = h
+    return out
+
+
+def update_pairs(state, tnow: float, active: np.ndarray, force) -> bool:
+    """Resolve the perturbed pairs whose body is in the block ``active`` and form new pairs
+    among its bodies (in place, after the block's corrector, at the block time ``tnow``).
+
+    ``force(P, V, A, rows)`` gives ``(acc, jerk, snap)`` of ``rows`` in the bodies ``P``, ``V``
+    (``A`` their accelerations, for the 6th order's snap; snap zero at the 4th order).
+    Returns whether the layout changed.
+    """
+    st = state
+    cand = active[st.dt[active] <= st.pair_dt]
+    if cand.size == 0 and st.pair_i.size == 0:
+        return False
+    prows = np.searchsorted(st.ids, st.pair_i)
+    if cand.size == 0 and not np.any(st.t[prows] == tnow):
+        return False
+    # every body at tnow: the corrected block, the others predicted
+    P = st._ppos.copy()
+    V = st._pvel.copy()
+    A = st._pacc.copy() if st.order == 6 else None
+    P[active] = st.pos[active]
+    V[active] = st.vel[active]
+    if A is not None:
+        A[active] = st.acc[active]
+    is_active = np.zeros(st.mass.size, dtype=bool)
+    is_active[active] = True
+    is_pair = np.zeros(st.mass.size, dtype=bool)
+    is_pair[prows] = True
+    resolve = []
+    for k in range(st.pair_i.size):
+        row = prows[k]
+        if not is_active[row]:
+            continue
+        mpair = float(st.mass[row])
+        _, apo = _orbit(*_relative_at(st, k, tnow), mpair)
+        if perturbation(P, st.mass, (row,), P[row], mpair, apo) > HYSTERESIS * st.pair_gamma:
+            resolve.append(k)
+    form = []
+    if st.eps2 == 0.0:
+        used = set()
+        for i in cand:
+            if is_pair[i] or int(i) in used:
+                continue
+            d2 = np.einsum("ic,ic->i", P - P[i], P - P[i])
+            d2[i] = math.inf
+            j = int(np.argmin(d2))
+            if not is_active[j] or is_pair[j] or j in used:
+                continue
+            mi, mj = float(st.mass[i]), float(st.mass[j])
+            r, w = P[j] - P[i], V[j] - V[i]
+            en, apo = _orbit(r, w, mi + mj)
+            if en >= 0.0:
+                continue
+            xc = (mi * P[i] + mj * P[j]) / (mi + mj)
+            if perturbation(P, st.mass, (int(i), j), xc, mi + mj, apo) >= st.pair_gamma:
+                continue
+            used.update((int(i), j))
+            form.append((int(st.ids[min(i, j)]), int(st.ids[max(i, j)])))
+    if not resolve and not form:
+        _limit_steps(st, tnow, P, V)
+        return False
+    fresh = []  # original ids of the bodies that need fresh forces and steps
+    # resolve: the members back as bodies (the first in the pair's row, the second inserted)
+    for k in resolve:
+        row = int(np.searchsorted(st.ids, st.pair_i[k]))
+        xi, vi, xj, vj = _members(st, k, P[row], V[row], tnow)
+        mi, mj = st.star_mass[st.pair_i[k]], st.star_mass[st.pair_j[k]]
+        at = int(np.searchsorted(st.ids, st.pair_j[k]))
+        P[row], V[row], st.mass[row] = xi, vi, mi
+        P, V = np.insert(P, at, xj, axis=0), np.insert(V, at, vj, axis=0)
+        if A is not None:
+            A = np.insert(A, at, A[row], axis=0)
+        _insert_row(st, at, st.pair_j[k], mj)
+        fresh.extend((int(st.pair_i[k]), int(st.pair_j[k])))
+    if resolve:
+        keep = np.ones(st.pair_i.size, dtype=bool)
+        keep[resolve] = False
+        for name in ("pair_i", "pair_j", "pair_r", "pair_w", "pair_t0"):
+            setattr(st, name, getattr(st, name)[keep])
+        st.n_pair_resolved += len(resolve)
+    # form: the centre of mass in the first member's row, the second member's row removed
+    for a, b in form:
+        ra, rb = np.searchsorted(st.ids, (a, b))
+        ma, mb = float(st.mass[ra]), float(st.mass[rb])
+        st.pair_i = np.append(st.pair_i, a)
+        st.pair_j = np.append(st.pair_j, b)
+        st.pair_r = np.vstack((st.pair_r, P[rb] - P[ra]))
+        st.pair_w = np.vstack((st.pair_w, V[rb] - V[ra]))
+        st.pair_t0 = np.append(st.pair_t0, tnow)
+        P[ra] = (ma * P[ra] + mb * P[rb]) / (ma + mb)
+        V[ra] = (ma * V[ra] + mb * V[rb]) / (ma + mb)
+        if A is not None:
+            A[ra] = (ma * A[ra] + mb * A[rb]) / (ma + mb)
+        st.mass[ra] = ma + mb
+        P, V = np.delete(P, rb, axis=0), np.delete(V, rb, axis=0)
+        if A is not None:
+            A = np.delete(A, rb, axis=0)
+        _delete_row(st, rb)
+        fresh.append(a)
+        st.n_pair_formed += 1
+    rows = np.searchsorted(st.ids, np.array(sorted(set(fresh)), dtype=np.int64))
+    acc, jerk, snap = force(P, V, A, rows)
+    st.pos[rows], st.vel[rows] = P[rows], V[rows]
+    st.acc[rows], st.jerk[rows], st.snap[rows] = acc, jerk, snap
+    st.crackle[rows] = 0.0
+    st.t[rows] = tnow
+    st.dt[rows] = _first_step(st, acc, jerk, tnow)
+    _limit_steps(st, tnow, P, V)
+    return True
+
+
+def _limit_steps(st, tnow: float, P: np.ndarray, V: np.ndarray) -> None:
+    """Halve the next step of every pair's body at ``tnow`` (down to ``pair_dt`` at most)
+    while some body, moving on a straight line from ``P``, ``V`` relative to it, would come
+    close enough within that step to perturb the pair above ``HYSTERESIS x pair_gamma``: so
+    an approaching star is seen at a block step of the centre of mass before it is too near
+    (the resolution is checked only there)."""
+    if st.pair_i.size == 0:
+        return
+    rows = np.searchsorted(st.ids, st.pair_i)
+    limit = HYSTERESIS * st.pair_gamma
+    for k in np.flatnonzero(st.t[rows] == tnow):
+        row = rows[k]
+        h = st.dt[row]
+        if h <= st.pair_dt:
+            continue
+        mpair = float(st.mass[row])
+        _, apo = _orbit(*_relative_at(st, k, tnow), mpair)
+        r = np.delete(P - P[row], row, axis=0)
+        w = np.delete(V - V[row], row, axis=0)
+        mk = np.delete(st.mass, row)
+        if mk.size == 0:
+            continue
+        rw = np.einsum("ic,ic->i", r, w)
+        w2 = np.einsum("ic,ic->i", w, w)
+        while h > st.pair_dt:
+            # the nearest point of each straight path within [0, h]
+            tau = np.clip(-rw / np.where(w2 > 0.0, w2, 1.0), 0.0, h)
+            d2 = np.einsum("ic,ic->i", r + tau[:, None] * w, r + tau[:, None] * w)
+            if float(np.max(2.0 * mk * apo ** 3 / (mpair * d2 * np.sqrt(d2)))) <= limit:
+                break
+            h *= 0.5
+        st.dt[row] = h
+
+
+_BODY = ("mass", "pos", "vel", "acc", "jerk", "snap", "crackle", "t", "dt", "ids",
+         "_ppos", "_pvel", "_pacc")
+
+
+def _insert_row(st, at: int, ident: int, m: float) -> None:
+    for name in _BODY:
+        arr = getattr(st, name)
+        fill = ident if name == "ids" else (m if name == "mass" else 0.0)
+        setattr(st, name, np.insert(arr, at, fill, axis=0))
+
+
+def _delete_row(st, row: int) -> None:
+    for name in _BODY:
+        setattr(st, name, np.delete(getattr(st, name), row, axis=0))
