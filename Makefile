@@ -66,6 +66,7 @@ bench: install
 	$(PY) bench/bench_binaries.py $(BENCH_ARGS)
 	$(PY) bench/bench_output.py $(BENCH_ARGS)
 	$(PY) bench/bench_stellar_evolution.py $(BENCH_ARGS)
+	$(PY) bench/bench_nbody.py $(BENCH_ARGS)
 	$(PY) bench/bench_zones.py
 
 # P = 1, 2, 4, ... up to the machine's cores, threads and ranks (bench/scaling.py); writes

@@ -602,3 +602,44 @@ def test_zone_validation_verdict_is_the_difference_over_its_standard_error():
     assert "steps" not in s["verdict"]  # (costs are reported, not judged)
     rounding = [{"max_abs_dE_rel": x} for x in (1e-14, 2e-14)]
     assert "max_abs_dE_rel" not in summarise({"shared": rounding, "zones": rounding})["verdict"]
+
+
+def test_bench_nbody_quick_parts(tmp_path):
+    """bench/bench_nbody.py (make bench) at a small N: the force kernels' rows (orders 4 and 6,
+    all active and a block, 1 and 2 threads), the whole integrator's, the collapse ESTIMATE
+    (pairs at the measured steps per star and ns per pair, not a run) and its doc section,
+    appended once and then replaced in place; the Makefile's bench target runs it."""
+    import bench_nbody as bn
+
+    kernels = bn.measure_kernels((200,), threads=(1, 2), repeats=1)
+    assert [(r["order"], r["active"], r["threads"] > 0) for r in kernels][::2] == [
+        (4, "all", True), (4, "1/16", True), (6, "all", True), (6, "1/16", True)]
+    for r in kernels:
+        assert r["pairs"] == r["n_active"] * 199 and r["ns_per_pair_per_core"] > 0
+        assert r["n_active"] == (200 if r["active"] == "all" else 12)
+    integ = bn.measure_integrator(100, 0.125, threads=(1,))
+    assert [r["order"] for r in integ] == [4, 6]
+    assert all(r["particle_steps"] >= 100 and r["ns_per_pair_wall"] > 0 for r in integ)
+    est = bn.collapse_estimate(integ, n=300, t_trh=16.0)
+    assert est["t_end_nb"] == pytest.approx(16.0 * est["t_rh0_nb"])
+    for order, e in est["by_order"].items():
+        r = next(q for q in integ if str(q["order"]) == order)
+        assert e["seconds"] == pytest.approx(300 * 299 * r["steps_per_star_per_unit"]
+                                             * est["t_end_nb"] * r["ns_per_pair_wall"] * 1e-9)
+        assert e["quiet_seconds"] == pytest.approx(
+            e["seconds"] * r["ns_per_pair_cpu"] / r["ns_per_pair_wall"] / 2)
+    assert "--order 6" in est["command"] and "run.t_max=16" in est["command"]
+    rec = {"made": "now", "commit": "abc", "machine": "m (2 cores)", "note": "shared",
+           "kernels": kernels, "integrator": integ, "gpu": "no kernel yet",
+           "collapse_estimate": est}
+    text = bn.tables(rec)
+    assert "GPU: no kernel yet" in text and "ESTIMATE" in text
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\n## Other\n\nkept\n")
+    bn.write_doc(rec, doc)
+    bn.write_doc(dict(rec, commit="def"), doc)
+    out = doc.read_text()
+    assert out.startswith("# Performance\n\n## Other\n\nkept\n\n" + bn.BEGIN)
+    assert out.count("## Direct N-body") == 1 and "at def" in out and "at abc" not in out
+    make = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "\t$(PY) bench/bench_nbody.py $(BENCH_ARGS)\n" in make
