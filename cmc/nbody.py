@@ -422,6 +422,9 @@ class NBodyRun:
             for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs"):
                 # a run begun before close pairs were treated had none
                 history.setdefault(name, np.zeros(rows, dtype=np.int64))
+            for name in ("N_binaries", "binary_fraction", "binary_fraction_core", "E_binding"):
+                # a run begun before the binaries were counted: not known for its rows
+                history.setdefault(name, np.full(rows, np.nan))
             d = {k: v[-1] for k, v in data.items()}
         writer = cio.DiagnosticsWriter(path, self.attrs(), {**DIAG_UNITS, **NBODY_UNITS},
                                        {**DIAG_MEANINGS, **NBODY_MEANINGS}, history)
