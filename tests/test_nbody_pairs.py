@@ -26,30 +26,10 @@ import math
 import h5py
 import numpy as np
 import pytest
+from test_nbody import _plummer_3d  # (pytest puts tests/ on the path)
 
-from physics.initial_conditions import plummer
 from physics.nbody import NBodyState, energy, evolve, predicted
 from physics.nbody_kernels import acc_jerk_serial, correct_block, predict_all
-
-
-def _plummer_3d(n, seed):
-    """A Plummer sphere in N-body units, in its centre-of-mass frame (as tests/test_nbody)."""
-    rng = np.random.default_rng(seed)
-    st = plummer(n, rng)
-    r, vr, vt, m = st["r"], st["vr"], st["vt"], st["m"]
-    mu = 2.0 * rng.random(n) - 1.0
-    phi = 2.0 * np.pi * rng.random(n)
-    psi = 2.0 * np.pi * rng.random(n)
-    s = np.sqrt(1.0 - mu * mu)
-    rhat = np.stack([s * np.cos(phi), s * np.sin(phi), mu], axis=1)
-    e1 = np.stack([mu * np.cos(phi), mu * np.sin(phi), -s], axis=1)
-    e2 = np.stack([-np.sin(phi), np.cos(phi), np.zeros(n)], axis=1)
-    pos = r[:, None] * rhat
-    vel = vr[:, None] * rhat + vt[:, None] * (np.cos(psi)[:, None] * e1
-                                              + np.sin(psi)[:, None] * e2)
-    pos -= m @ pos / m.sum()
-    vel -= m @ vel / m.sum()
-    return m, pos, vel
 
 
 def _plant(m, pos, vel, a, e=0.0, i=0, j=1):
