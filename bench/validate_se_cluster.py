@@ -7,7 +7,8 @@ the energy books.  Writes ``docs/validation_se_cluster.md``, ``.json`` and ``.pn
     python bench/validate_se_cluster.py [RUN_DIR] [--out PREFIX]
 
 ``make validate-se-cluster`` runs (or continues) the model into ``runs/val2_n5e4`` and then
-this script: hours (with the default zones about 4 hours on one core of the 2-core VM to 2 Gyr: an estimate from the first 321 Myr).
+this script: hours (with the default zones about 4-5 hours on one core of the 2-core VM to
+2 Gyr: an estimate from the first 255-321 Myr, 70-80 min on one thread beside other work).
 
 RUN_DIR defaults to ``runs/val2_n5e4`` (made by ``cmc run examples/king_se.ini -o
 runs/val2_n5e4``, continued with ``cmc restart``; it may still be running: the script reads
@@ -261,8 +262,8 @@ def markdown(summary: dict, png: Path) -> str:
 orbit at R_gc = 8 kpc (shrinking Jacobi radius), no primordial binaries, three-body binaries
 among black holes (`binaries.three_body = bh`), CMC-COSMIC's production BSE flags (`[bse]`
 defaults: fallback-scaled kicks, sigma = 265 km/s, `remnantflag = 4`), our time-step defaults
-(`run.theta_max = 1`, `run.dt_window = 40`) with {stepping}.  One core, serial
-(`{summary['run']}`): {status}.
+(`run.theta_max = 1`, `run.dt_window = 40`) with {stepping}.  One thread, serial, on the
+2-core VM beside other work (`{summary['run']}`): {status}.
 Made by `python bench/validate_se_cluster.py RUN_DIR` (`make validate-se-cluster` runs the
 model first); the numbers are in `docs/validation_se_cluster.json`.
 
@@ -301,7 +302,8 @@ part after; E_deficit here stays at {max(edef) if edef else math.nan:.3g} or bel
   {bh['kicked_out_first_50_myr']}; retained now: {bh['retained_now']}; escaped after 50 Myr:
   {bh['escaped_after_50_myr']}.
 - BH-BH binaries: now {bh['bbh_now']}, at most {bh['bbh_max']}, the first at
-  {bh['first_bbh_myr']} Myr; ejected BBHs {bh['bbh_escaped']}.
+  {'-' if bh['first_bbh_myr'] is None else f"{bh['first_bbh_myr']:.0f}"} Myr; ejected BBHs
+  {bh['bbh_escaped']}.
 - Neutron stars: {summary['ns']['escaped']} escaped (their kicks, sigma = 265 km/s, exceed
   the cluster's escape speed of ~25 km/s), {summary['ns']['retained_now']} in the cluster now.
 - Energy: max |E_tot - E0| / |E0| = {summary['max_abs_dE_rel']:.2g} over the run, with
