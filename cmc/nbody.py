@@ -24,9 +24,10 @@ What the columns are here
   Each is written once, at the output where it left, to ``OUTDIR/escapers.h5`` with the Monte
   Carlo run's columns (kind 1, unbound; :func:`cmc.nbody_outputs.escaper_rows`).
 * Binaries: mutual nearest neighbours that are bound and tidally unperturbed at apocentre
-  (:func:`cmc.nbody_outputs.find_binaries`), counted as the Monte Carlo run counts its binary
-  rows: ``N_binaries``, ``binary_fraction``, ``binary_fraction_core``, ``E_binding`` (here part
-  of K + W already).
+  (:func:`cmc.nbody_outputs.find_binaries`) and hard (``|E_b| >= kT``, :data:`HARD_KT`; the
+  soft pairs of a dense core are chance neighbours), counted as the Monte Carlo run counts its
+  binary rows: ``N_binaries``, ``binary_fraction``, ``binary_fraction_core``, ``E_binding``
+  (here part of K + W already).
 * Centre: at t = 0 the model's own origin (so the row of t = 0 has the Monte Carlo initial
   model's radii, Lagrange radii, r_h and core, star for star); from the first output on the
   density centre of the bound stars (Casertano & Hut 1985, 6th nearest neighbour), column
@@ -95,6 +96,9 @@ PAIR_SECONDS = 1.6e-8
 #: Estimate of the particle steps per star per N-body time unit (Plummer, eta = 0.02,
 #: measured: 140 at N = 200, 172 at N = 1000 before core collapse; grows slowly with N).
 STEPS_PER_UNIT = 200.0
+#: The binaries counted in the diagnostics: internal energy at least this many kT (kT = 2/3
+#: of the bound stars' mean kinetic energy).
+HARD_KT = 1.0
 #: A star with positive energy beyond this many half-mass radii is an escaper.
 ESCAPE_RADIUS_RH = 20.0
 #: Neighbours of the 3-D Casertano-Hut density (the J of Casertano & Hut 1985).
@@ -133,9 +137,9 @@ NBODY_MEANINGS = {
     "nb_pairs_resolved": "unperturbed close pairs put back as two stars (perturbation above "
                          "twice pair_gamma) since the start",
     "nb_pairs": "unperturbed close pairs now",
-    "E_binding": "internal energy -m1 m2 / 2a of the binaries found by the neighbour search "
-                 "(cmc.nbody_outputs.find_binaries); unlike a Monte Carlo run's, already "
-                 "part of K + W, so not a term of E_tot",
+    "E_binding": "internal energy -m1 m2 / 2a of the hard binaries (|E_b| >= kT) found by the "
+                 "neighbour search (cmc.nbody_outputs.find_binaries); unlike a Monte Carlo "
+                 "run's, already part of K + W, so not a term of E_tot",
 }
 
 
@@ -364,6 +368,11 @@ class NBodyRun:
         xd, r_c3, rho_c3 = density_centre(pos[bound], m[bound])
         d3 = np.sqrt(np.einsum("ic,ic->i", pos[bound] - xd, pos[bound] - xd))
         binaries = find_binaries(pos[bound], vel[bound], m[bound], ids[bound], st.eps2)
+        # hard ones only: the soft bound neighbours of a dense core come and go (chance
+        # pairs), and a Monte Carlo run's binaries are hard (three-body ones: hardness >=
+        # binaries.eta_min); kT = 2 K / (3 N) of the bound stars
+        k_t = 2.0 * k / (3.0 * max(int(rb.size), 1))
+        binaries = binaries.select(binaries.E_b <= -HARD_KT * k_t)
         n_esc = int(np.count_nonzero(self.escaped))
         return {
             "step": self.step, "time": time_rel, "time_nb": t,

@@ -94,6 +94,10 @@ class Binaries:
         """The arrays by name."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def select(self, keep: np.ndarray) -> Binaries:
+        """The binaries where the boolean mask ``keep`` (shape (K,)) is True, in order."""
+        return type(self)(**{name: arr[keep] for name, arr in self.as_dict().items()})
+
     @classmethod
     def empty(cls) -> Binaries:
         """No binaries."""

@@ -65,6 +65,8 @@ def test_diagnostics_as_the_monte_carlo_run(runs):
     np.testing.assert_allclose(dn["binary_fraction"],
                                dn["N_binaries"] / (dn["N"] - dn["N_binaries"]), rtol=1e-14)
     assert np.all((dn["E_binding"] < 0) == (dn["N_binaries"] > 0))
+    k_t = 2.0 * dn["K"] / (3.0 * dn["N"])  # only hard binaries are counted
+    assert np.all(dn["E_binding"] <= -k_t * dn["N_binaries"] * (1 - 1e-12))
     with h5py.File(nb / "escapers.h5", "r") as fe, h5py.File(mc / "escapers.h5") as fm:
         assert set(fe) == set(fm)
         assert fe["id"].shape[0] == dn["N_escaped"][-1]

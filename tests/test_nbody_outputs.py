@@ -304,3 +304,20 @@ def test_escaper_table_reads_back_and_restarts_at_the_checkpoint(tmp_path):
     w.close()
     data, _ = cio.read_diagnostics(path)
     assert data["step"].size == 0 and set(data) == {f.name for f in escaper_fields()}
+
+
+def test_select_keeps_the_chosen_binaries_in_order():
+    """``Binaries.select``: the rows of a mask, every field, in their order (the N-body
+    diagnostics keep the hard ones with it)."""
+    rng = np.random.default_rng(8)
+    pos = rng.standard_normal((300, 3))
+    vel = 0.3 * rng.standard_normal((300, 3))
+    mass = np.full(300, 1.0 / 300)
+    b = find_binaries(pos, vel, mass, np.arange(300, dtype=np.int64))
+    assert b.size >= 2
+    keep = np.arange(b.size) % 2 == 0
+    s = b.select(keep)
+    assert s.size == int(keep.sum())
+    for name, arr in s.as_dict().items():
+        np.testing.assert_array_equal(arr, b.as_dict()[name][keep], err_msg=name)
+    assert b.select(np.zeros(b.size, bool)).size == 0
