@@ -126,7 +126,7 @@ class StarTable:
         """With no binary among these rows: every binary column (``bin_*``, the members'
         BSE state included) with the bytes of its default, which every such column then
         holds (the sort takes them so without scanning them: 40 columns in a run with
-        stellar evolution, ~6 ms per step at N = 1e5); else None.
+        stellar evolution: 4.6 -> 0.4 ms per sort at N = 1e5); else None.
 
         It holds because a single star's row carries the binary columns at their defaults
         wherever one is made: the initial models and COSMIC files, and every product of a
