@@ -33,6 +33,7 @@ import numpy as np
 from cmc import io as cio
 from cmc.errors import DamagedFileError, InputError
 from cmc.fields import ESCAPE_UNBOUND, Field, escaper_columns
+from physics.binaries import binding_energy
 
 log = logging.getLogger("cmc.nbody")
 
@@ -239,7 +240,7 @@ def find_binaries(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, ids: np.nd
     sel = np.flatnonzero(keep)[order]
     return Binaries(id1=ids[i1[sel]], id2=ids[i2[sel]], i1=i1[sel], i2=i2[sel],
                     m1=m1[sel], m2=m2[sel], a=a[sel], e=ecc[sel],
-                    E_b=-0.5 * m1[sel] * m2[sel] / a[sel], gamma=gamma[sel],
+                    E_b=binding_energy(m1[sel], m2[sel], a[sel]), gamma=gamma[sel],
                     x_cm=x_cm[sel], v_cm=v_cm[sel])
 
 
