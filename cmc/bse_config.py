@@ -42,7 +42,7 @@ from typing import Any
 
 #: Our own keys of [bse]: not COSMIC flags, left out of :func:`bse_flags`.
 OWN_KEYS = ("stellar_evolution", "metallicity", "pts1_highmass_cutoff", "tolerance",
-            "ms_age_tolerance", "dt_mass_fraction")
+            "ms_age_tolerance", "giant_tolerance", "dt_mass_fraction")
 
 #: Our key -> COSMIC's BSEDict spelling, where it is not all lower case.
 COSMIC_SPELLING = {"lbv_flag": "LBV_flag", "st_tide": "ST_tide", "st_cr": "ST_cr"}
@@ -57,7 +57,7 @@ KICKFLAG_FROM_CMC = {0: -1, -1: -2, -2: -3, -3: -4}
 #: [bse] keys a restart may change (accuracy controls of the time steps); every other key
 #: defines the run (:data:`cmc.restart.FIXED_ON_RESTART`).
 CHANGEABLE_ON_RESTART = ("pts1", "pts2", "pts3", "pts1_highmass_cutoff", "tolerance",
-                         "ms_age_tolerance", "dt_mass_fraction")
+                         "ms_age_tolerance", "giant_tolerance", "dt_mass_fraction")
 
 
 def _p(default: Any, unit: str, doc: str, lo: float | None = None, hi: float | None = None,
@@ -129,6 +129,13 @@ class BseConfig:
                                  "radius grows about 2-fold over it; every 1 % called most "
                                  "2-10 Msun stars in every step of a 50 Myr old cluster)",
                                  lo=0.0, hi=1.0, lo_open=True)
+    giant_tolerance: float = _p(0.01, "", "a single giant or helium star (k = 2-9) is "
+                                "evolved again before its radius can change by more than "
+                                "this fraction, and at the latest after this fraction of its "
+                                "main-sequence time (the end of a phase is seen that late at "
+                                "most); 0: every step, as CMC-COSMIC (a 2.7 Msun core-helium "
+                                "star at 470 Myr: every ~0.5 Myr instead of every 0.004 Myr "
+                                "step)", lo=0.0, hi=1.0)
     dt_mass_fraction: float = _p(1e-3, "M", "CMC's DMse rule: the step is limited so that "
                                  "stellar evolution loses at most this fraction of the "
                                  "cluster mass per step (from the last step's loss); 0: off",

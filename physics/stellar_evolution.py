@@ -392,9 +392,9 @@ class Result:
     rrlo : ndarray of float64, (n, 2)
         Roche-lobe filling factor R/R_L (at periastron) from the last bpp row; 0 for single
         stars.
-    kstar_before, mass_before : ndarray, (n, 2)
-        Type and mass [Msun] before the call; the mass lost to the cluster is
-        ``mass_before.sum(1) - batch.mass.sum(1)``.
+    kstar_before, mass_before, rad_before : ndarray, (n, 2)
+        Type, mass [Msun] and radius [Rsun] before the call; the mass lost to the cluster
+        is ``mass_before.sum(1) - batch.mass.sum(1)``.
     tphys_before, sep_before : ndarray of float64, (n,)
         Time [Myr] and semi-major axis [Rsun] before the call.
     bin_state, merger_type : ndarray of int32, (n,)
@@ -410,6 +410,7 @@ class Result:
     rrlo: np.ndarray
     kstar_before: np.ndarray
     mass_before: np.ndarray
+    rad_before: np.ndarray
     tphys_before: np.ndarray
     sep_before: np.ndarray
     bin_state: np.ndarray
@@ -509,7 +510,8 @@ def evolve(batch: Batch, t_end: Any, z: float, pts1_highmass_cutoff: float = 5.0
     res = Result(
         outcome=np.zeros(n, np.int8), dv=np.zeros((n, 2, 3)), supernova=np.zeros((n, 2), bool),
         rrlo=np.zeros((n, 2)), kstar_before=k.copy(), mass_before=m.copy(),
-        tphys_before=batch.tphys.copy(), sep_before=batch.sep.copy(),
+        rad_before=batch.rad.copy(), tphys_before=batch.tphys.copy(),
+        sep_before=batch.sep.copy(),
         bin_state=np.full(n, -1, np.int32), merger_type=np.full(n, -1, np.int32),
         kick_info=np.zeros((n, 2, 19)))
     single = batch.single_mask
@@ -652,7 +654,8 @@ def peters_time(sep: Any, ecc: Any, m1: Any, m2: Any) -> Any:
 
 
 def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
-                    tolerance: float, age_tolerance: float | None = None) -> np.ndarray:
+                    tolerance: float, age_tolerance: float | None = None,
+                    giant_tolerance: float = 0.0) -> np.ndarray:
     """When each object of a batch just evolved (by :func:`evolve`, from ``t_prev`` to
     ``t_now``) must next be evolved: the earliest time its state can change by more than
     ``tolerance`` (relative).  A returned ``t_now`` means "due at the next step"; ``inf``
@@ -664,7 +667,14 @@ def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
       tolerance * m / (2 |mdot|))``, mdot the mass change over the call / ``t_now - t_prev``
       (halved: winds grow along the main sequence; skipped when 0).  The second term puts
       the next call right after the main sequence, from which on it is called each step;
-    * k = 2 .. 9 (giants, helium stars): every step;
+    * k = 2 .. 9 (giants, helium stars): every step if ``giant_tolerance`` is 0 (as
+      CMC-COSMIC calls every star), else ``t_now + min(giant_tolerance * tms,
+      giant_tolerance * r / (2 |rdot|), tolerance * m / (2 |mdot|))``, r the radius and rdot
+      its change over the call / ``t_now - t_prev`` (each term skipped when its rate is 0;
+      ``tms`` is BSE's main-sequence time of the star's present mass, for a helium star its
+      helium main-sequence time).  A giant's mass and radius change smoothly within a phase;
+      the end of a phase (a jump of the radius, the envelope's loss, a supernova) is seen at
+      the next call, at most ``giant_tolerance * tms`` late;
     * k = 10 .. 15 (WD, NS, BH, massless): ``inf``.
 
     A single star follows its member rule.  A bound binary is due every step if a member
@@ -691,6 +701,8 @@ def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
         Relative change allowed between calls (e.g. 0.01).
     age_tolerance : float, optional
         The main-sequence term's fraction of ``tms`` instead (default ``tolerance``).
+    giant_tolerance : float, optional
+        The giants' rule above; 0 (the default) calls a single giant every step.
 
     Returns
     -------
@@ -709,7 +721,16 @@ def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
     age_tol = tolerance if age_tolerance is None else age_tolerance
     wait = np.minimum(np.minimum(age_tol * tms, ms_left), t_mass)
     member = np.where(k <= 1, t_now[:, None] + wait, np.inf)
-    member = np.where((k >= 2) & (k <= 9), t_now[:, None], member)
+    giant = (k >= 2) & (k <= 9)
+    if giant_tolerance > 0.0 and giant.any():
+        rad = batch.rad
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rdot = np.abs(rad - result.rad_before) / dt
+            t_rad = np.where((rdot > 0) & (dt > 0), 0.5 * giant_tolerance * rad / rdot, np.inf)
+        g_wait = np.minimum(np.minimum(giant_tolerance * np.maximum(tms, 0.0), t_rad), t_mass)
+        member = np.where(giant, t_now[:, None] + g_wait, member)
+    else:
+        member = np.where(giant, t_now[:, None], member)
     member = np.where(m > 0, member, np.inf)
 
     single = batch.single_mask

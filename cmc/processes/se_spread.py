@@ -15,7 +15,10 @@ single rank calls BSE directly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import faulthandler
+import sys
 from typing import Any
 
 import numpy as np
@@ -77,6 +80,7 @@ def batch_from_matrix(mat: np.ndarray) -> tuple[se.Batch, np.ndarray]:
 _RESULT_ARRAYS = {"outcome": (np.int8, ()), "dv": (np.float64, (2, 3)),
                   "supernova": (np.bool_, (2,)), "rrlo": (np.float64, (2,)),
                   "kstar_before": (np.int32, (2,)), "mass_before": (np.float64, (2,)),
+                  "rad_before": (np.float64, (2,)),
                   "tphys_before": (np.float64, ()), "sep_before": (np.float64, ()),
                   "bin_state": (np.int32, ()), "merger_type": (np.int32, ()),
                   "kick_info": (np.float64, (2, 19))}
@@ -124,8 +128,12 @@ def _evolve_here(batch: se.Batch, ids: np.ndarray, t_end: float, z: float,
                  cutoff: float) -> tuple[se.Result | None, tuple[int, str] | None]:
     """:func:`physics.stellar_evolution.evolve` on this rank: (result, None), or (None,
     (the failing object's id, BSE's message))."""
-    try:
+    if len(batch) == 0:  # no watchdog to arm (its thread's start and join: 0.1 ms on a quiet
+        # core, ~1 ms measured with the other core busy)
         return se.evolve(batch, t_end, z, cutoff), None
+    try:
+        with bse_watchdog():
+            return se.evolve(batch, t_end, z, cutoff), None
     except se.StellarEvolutionError as exc:
         return None, (int(ids[exc.index]), str(exc))
 
@@ -179,3 +187,27 @@ def evolve_spread(comm: Any, batch: se.Batch, ids: np.ndarray, t_end: float, z: 
     new, res = result_from_matrix(out)
     batch.put(slice(None), new)
     return res, None
+
+
+#: Seconds one batch of BSE calls may take before the process is ended (a call costs 20-500 us;
+#: a whole model's zero-age start at N = 1e6 takes under a minute).
+BSE_WATCHDOG_SECONDS = 900
+
+
+@contextlib.contextmanager
+def bse_watchdog(seconds: float = BSE_WATCHDOG_SECONDS):
+    """End the process if BSE does not return (evolv2 has looped for ever on some systems):
+    a run that hangs holds its allocation and never finishes, while one that ends leaves its
+    last checkpoint to restart from (with other flags, or after the system is looked at).
+    faulthandler's watchdog thread runs while the main thread is inside the Fortran; it
+    prints every thread's traceback to stderr and exits with status 1 (under MPI the launcher
+    then ends the other ranks)."""
+    try:  # the process's own stderr (a captured sys.stderr has no file descriptor)
+        faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__)
+    except (AttributeError, OSError, ValueError):  # no stderr at all: no watchdog
+        yield
+        return
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()

@@ -19,11 +19,8 @@ the binaries' internal energy (mass transfer, winds, kicks, disruptions, mergers
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
 import logging
 import math
-import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,7 +28,7 @@ import numpy as np
 from cmc.diagnostics import SE_COUNTS, SE_SUMS
 from cmc.fields import FIELD_BY_NAME
 from cmc.processes.base import Process, StepWork
-from cmc.processes.se_spread import evolve_spread
+from cmc.processes.se_spread import bse_watchdog, evolve_spread
 from cmc.replicated import update_slot_masses
 from cmc.stars import StarTable
 from cmc.state import StopRun
@@ -175,9 +172,8 @@ class StellarEvolution(Process):
         batch = batch_of(fields, call, sim.units.length_rsun, seeds[~void])
         t_prev = batch.tphys.copy()
         # the calls go round-robin over the ranks (the objects due sit on the first ones)
-        with bse_watchdog():
-            result, failed = evolve_spread(sim.comm, batch, fields["id"][call], t_end,
-                                           st.metallicity, sim.cfg.bse.pts1_highmass_cutoff)
+        result, failed = evolve_spread(sim.comm, batch, fields["id"][call], t_end,
+                                       st.metallicity, sim.cfg.bse.pts1_highmass_cutoff)
         error = None if failed is None else (
             f"stellar evolution failed for object id {failed[0]} at t = {t_end:.6g} Myr "
             f"(step {st.step + 1}): {failed[1]}")
@@ -187,7 +183,7 @@ class StellarEvolution(Process):
                 log.error("%s", e)
             raise StopRun(f"stellar evolution failed: {errors[0]}", torn=True)
         t_next = se.next_call_times(batch, result, t_prev, t_end, sim.cfg.bse.tolerance,
-                                    sim.cfg.bse.ms_age_tolerance)
+                                    sim.cfg.bse.ms_age_tolerance, sim.cfg.bse.giant_tolerance)
         index = np.full(due.size, -1, dtype=np.int64)  # each due row's object in the batch
         index[~void] = np.arange(call.size)
         self._write_back(work, due, block_of, index, batch, result, t_next, u[:, 1])
@@ -593,25 +589,3 @@ def binary_physics_settings(sim: Simulation) -> dict:
     return {"radius_unit": 1.0 / sim.units.length_rsun, "merge_stars": MergeRule(sim)}
 
 
-#: Seconds one batch of BSE calls may take before the process is ended (a call costs 20-500 us;
-#: a whole model's zero-age start at N = 1e6 takes under a minute).
-BSE_WATCHDOG_SECONDS = 900
-
-
-@contextlib.contextmanager
-def bse_watchdog(seconds: float = BSE_WATCHDOG_SECONDS):
-    """End the process if BSE does not return (evolv2 has looped for ever on some systems):
-    a run that hangs holds its allocation and never finishes, while one that ends leaves its
-    last checkpoint to restart from (with other flags, or after the system is looked at).
-    faulthandler's watchdog thread runs while the main thread is inside the Fortran; it
-    prints every thread's traceback to stderr and exits with status 1 (under MPI the launcher
-    then ends the other ranks)."""
-    try:  # the process's own stderr (a captured sys.stderr has no file descriptor)
-        faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__)
-    except (AttributeError, OSError, ValueError):  # no stderr at all: no watchdog
-        yield
-        return
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
