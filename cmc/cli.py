@@ -361,58 +361,73 @@ def _config_with_history(sim) -> str:
 
 def cmd_nbody(args) -> int:
     """``cmc nbody CONFIG -o OUTDIR``: the same initial stars by direct N-body
-    (:mod:`cmc.nbody`); one process, numba threads.  ``cmc nbody --restart OUTDIR``:
-    continue it from OUTDIR/checkpoint.h5."""
+    (:mod:`cmc.nbody`); numba threads, and under ``mpiexec`` every rank a share of each
+    block's forces (:mod:`parallel.nbody_forces`: the same bits).  ``cmc nbody --restart
+    OUTDIR``: continue it from OUTDIR/checkpoint.h5."""
     from cmc.nbody import CHECKPOINT, DT_OUT, NBodyRun, resume
     from cmc.rundir import RunLock
-    from parallel.comm import set_numba_threads
 
-    if args.restart:
-        if args.config or args.output or args.set or args.overwrite:
-            raise InputError("cmc nbody --restart OUTDIR: no CONFIG, -o, --set or --overwrite "
-                             "(the run continues as its checkpoint holds it)")
-        outdir = Path(args.restart)
-        if not outdir.is_dir():
-            raise InputError(f"no run directory {outdir}")
-    elif args.config is None or args.output is None:
-        raise InputError("cmc nbody: give CONFIG -o OUTDIR, or --restart OUTDIR")
-    else:
-        cfg = load_config(args.config, list(args.set or []))
-        outdir = Path(args.output)
-        if outdir.exists() and not outdir.is_dir():
-            raise InputError(f"output path {outdir} exists and is not a directory")
-        if (outdir / "diagnostics.h5").exists() and not args.overwrite:
-            raise InputError(f"{outdir} already holds a run (diagnostics.h5): give another -o, "
-                             f"--overwrite to replace it, or cmc nbody --restart {outdir}")
-        set_numba_threads(cfg.run.threads, 1)
-        run = NBodyRun(cfg, None, t_end=args.t_end,
-                       dt_out=DT_OUT if args.dt_out is None else args.dt_out, eta=args.eta,
-                       order=4 if args.order is None else args.order,
-                       pair_gamma=args.pair_gamma, pair_dt=args.pair_dt)
-    lock = RunLock(outdir)
-    _acquire(lock, outdir)
+    comm = _world()
+    rank0 = comm.Get_rank() == 0
+    try:  # (every rank reads the same input and fails alike)
+        if args.restart:
+            if args.config or args.output or args.set or args.overwrite:
+                raise InputError("cmc nbody --restart OUTDIR: no CONFIG, -o, --set or "
+                                 "--overwrite (the run continues as its checkpoint holds it)")
+            outdir = Path(args.restart)
+            if not outdir.is_dir():
+                raise InputError(f"no run directory {outdir}")
+        elif args.config is None or args.output is None:
+            raise InputError("cmc nbody: give CONFIG -o OUTDIR, or --restart OUTDIR")
+        else:
+            cfg = load_config(args.config, list(args.set or []))
+            outdir = Path(args.output)
+            if outdir.exists() and not outdir.is_dir():
+                raise InputError(f"output path {outdir} exists and is not a directory")
+            if (outdir / "diagnostics.h5").exists() and not args.overwrite:
+                raise InputError(f"{outdir} already holds a run (diagnostics.h5): give another "
+                                 f"-o, --overwrite to replace it, or cmc nbody --restart "
+                                 f"{outdir}")
+            _set_threads(cfg.run.threads, comm)
+            run = NBodyRun(cfg, None, t_end=args.t_end,
+                           dt_out=DT_OUT if args.dt_out is None else args.dt_out,
+                           eta=args.eta, order=4 if args.order is None else args.order,
+                           pair_gamma=args.pair_gamma, pair_dt=args.pair_dt, comm=comm)
+    except (InputError, ConfigError) as exc:
+        exc.collective = True
+        raise
+    comm.Barrier()  # (rank 0 looks at the folder next; the others have read it)
+    lock = RunLock(outdir) if rank0 else None
+    if lock is not None:
+        _acquire(lock, outdir)
     try:
         if args.restart:
-            run = resume(outdir, t_end=args.t_end, order=args.order, eta=args.eta,
-                         dt_out=args.dt_out, pair_gamma=args.pair_gamma, pair_dt=args.pair_dt)
-            set_numba_threads(run.cfg.run.threads, 1)
-        else:
+            try:
+                run = resume(outdir, t_end=args.t_end, order=args.order, eta=args.eta,
+                             dt_out=args.dt_out, pair_gamma=args.pair_gamma,
+                             pair_dt=args.pair_dt, comm=comm)
+            except InputError as exc:
+                exc.collective = True
+                raise
+            _set_threads(run.cfg.run.threads, comm)
+        elif rank0:
             (outdir / "diagnostics.h5").unlink(missing_ok=True)
             (outdir / CHECKPOINT).unlink(missing_ok=True)
             (outdir / "config.ini").write_text(cfg.to_ini())
-        setup_logging(0, str(outdir / "cmc.log"))
+        setup_logging(comm.Get_rank(), str(outdir / "cmc.log"))
         log.info("cmc nbody %s: N = %d, from t = %.6g to %.6g N-body units (%.4g t_rh0), "
                  "outputs every %g, Hermite order %d, eta = %g, close pairs: pair_gamma = %g, "
-                 "pair_dt = %g; output in %s",
+                 "pair_dt = %g, %d rank(s); output in %s",
                  f"--restart {outdir}" if args.restart else args.config, run.n0, run.nb.time,
                  run.t_end, run.t_end / run.t_rh0_nb, run.dt_out, run.nb.order, run.nb.eta,
-                 run.nb.pair_gamma, run.nb.pair_dt, outdir)
+                 run.nb.pair_gamma, run.nb.pair_dt, comm.Get_size(), outdir)
         run.outdir = outdir
         reason = run.run()
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     code = exit_code_for_stop(reason)
-    if code == EXIT_PHYSICS:
+    if code == EXIT_PHYSICS and rank0:
         _err(f"the N-body run stopped with a physics failure ({reason}) at t = "
              f"{run.nb.time:.6g} N-body units; see {outdir / 'cmc.log'}")
     log.info("done (%s, exit %d); results in %s (diagnostics.h5, checkpoint.h5)%s", reason,

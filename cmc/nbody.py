@@ -239,7 +239,7 @@ class NBodyRun:
     def __init__(self, cfg: Config, outdir: Path | None, *, t_end: float | None = None,
                  dt_out: float = DT_OUT, eta: float | None = None, eps: float = 0.0,
                  order: int = 4, pair_gamma: float | None = None,
-                 pair_dt: float | None = None) -> None:
+                 pair_dt: float | None = None, comm=None) -> None:
         from cmc.diagnostics import half_mass_relaxation_time
         from cmc.initial import build_initial_stars, physical_scale
         from cmc.units import Units
@@ -260,6 +260,13 @@ class NBodyRun:
         _check_pair_options(pair_gamma, pair_dt, dt_out)
         self.cfg = cfg
         self.outdir = outdir
+        if comm is None:
+            from parallel.comm import SerialComm
+
+            comm = SerialComm()
+        #: the ranks (every rank holds the whole system; rank 0 writes the files)
+        self.comm = comm
+        self.rank0 = comm.Get_rank() == 0
         try:
             stars, info = build_initial_stars(cfg)
         except (ValueError, ZeroDivisionError, FloatingPointError) as exc:
@@ -294,6 +301,10 @@ class NBodyRun:
         self.nb = NBodyState.create(m, pos, vel, eps=eps, eta=eta, dt_max=self.dt_out,
                                     order=order, pair_dt=pair_dt,
                                     pair_gamma=PAIR_GAMMA if pair_gamma is None else pair_gamma)
+        if comm.Get_size() > 1:  # each rank a share of every large block's forces
+            from parallel.nbody_forces import SplitForces
+
+            self.nb.force_map = SplitForces(comm)
         self.fractions = np.asarray(cfg.output.lagrange_fractions, dtype=np.float64)
         self.escaped = np.zeros(n, dtype=bool)
         self.centre = np.zeros(3)
@@ -448,16 +459,19 @@ class NBodyRun:
 
         out = self.cfg.output
         writer = escapers = None
-        if self.outdir is not None:
+        if self.outdir is not None and self.rank0:
             writer, d = self._open_writer()
             escapers = open_escapers(self.outdir / "escapers.h5",
                                      {"mode": "nbody", "n0": self.n0, **self.units.attrs()},
                                      self.step)
             if self.step == 0:  # (a restart's rows to its checkpoint are in the file)
                 escapers.append(self.escaper_rows)
-        else:
-            d = self.diagnostics()
-        self._progress(d)
+        elif self.outdir is None or self.step == 0:
+            d = self.diagnostics()  # (as rank 0's writer does: the escapers found go on)
+        else:  # a restart's other ranks: the row is rank 0's, read from its file
+            d = None
+        if d is not None:
+            self._progress(d)
         n_out = math.ceil(self.t_end / self.dt_out - 1e-12)
         per_line = max(1, round(1.0 / self.dt_out))
         reason = ""
@@ -492,12 +506,15 @@ class NBodyRun:
                               abs(d["dE_rel"]), self.cfg.run.energy_error_max)
                     reason = "energy_error"
                     break
-                if self.signal_received:
+                stop = (self.signal_received, 0.0 < max_wall < time.monotonic() - start)
+                if self.comm.Get_size() > 1:  # rank 0's clock and signals decide for all
+                    stop = self.comm.bcast(stop, root=0)
+                if stop[0]:
                     log.warning("signal %d: stopping at t = %.6g t_NB with a checkpoint",
-                                self.signal_received, self.nb.time)
+                                stop[0], self.nb.time)
                     reason = "signal"
                     break
-                if 0.0 < max_wall < time.monotonic() - start:
+                if stop[1]:
                     reason = "wall_clock"
                     break
                 if writer is not None and k < n_out and (
@@ -531,6 +548,8 @@ class NBodyRun:
         renamed over the previous one (:func:`cmc.io.atomic_h5`)."""
         from cmc import io as cio
 
+        if not self.rank0:  # (every rank holds the same state)
+            return
         path = self.outdir / CHECKPOINT
         st = self.nb
         cio.check_free_space(path, 8 * st.n_stars * 26 + 65536)
@@ -668,7 +687,8 @@ def _check_pair_options(pair_gamma: float | None, pair_dt: float | None,
 
 def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None,
            eta: float | None = None, dt_out: float | None = None,
-           pair_gamma: float | None = None, pair_dt: float | None = None) -> NBodyRun:
+           pair_gamma: float | None = None, pair_dt: float | None = None,
+           comm=None) -> NBodyRun:
     """The run of ``OUTDIR/checkpoint.h5`` ready to continue (``cmc nbody --restart``): to
     its own ``t_end``, or to ``t_end`` when given (later than the checkpoint).  ``order``,
     ``eta``, ``dt_out``, ``pair_gamma``, ``pair_dt`` define the run: given, they must be the
@@ -691,7 +711,8 @@ def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None
     cfg = load_config(text=ck["config"])
     self = NBodyRun(cfg, None, t_end=float(run["t_end"]), dt_out=float(run["dt_out"]),
                     eta=float(nb["eta"]), eps=math.sqrt(nb["eps2"]), order=int(nb["order"]),
-                    pair_gamma=float(nb["pair_gamma"]), pair_dt=float(nb["pair_dt"]))
+                    pair_gamma=float(nb["pair_gamma"]), pair_dt=float(nb["pair_dt"]),
+                    comm=comm)
     self.restore(ck)
     if t_end is not None:
         if not (math.isfinite(t_end) and t_end > self.nb.time):

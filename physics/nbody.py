@@ -53,6 +53,7 @@ stops the integration below ``dt_min``), MPI over i-particles and the GPU (CuPy)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -213,6 +214,13 @@ class NBodyState:
     _ppos: np.ndarray = field(default=None, repr=False)
     _pvel: np.ndarray = field(default=None, repr=False)
     _pacc: np.ndarray = field(default=None, repr=False)
+    #: how a block's forces are computed: ``force_map(kernel, inputs, active, eps2)`` returns
+    #: ``kernel(*inputs, active, eps2)``, the forces on the ``active`` bodies (None: so, here).
+    #: Under MPI (:class:`parallel.nbody_forces.SplitForces`) every rank computes a share of
+    #: the block and the shares are gathered: each body's force is the same sum whoever
+    #: computes it, so the bits do not depend on the ranks.  Not part of the state (not
+    #: checkpointed).
+    force_map: Callable | None = field(default=None, repr=False, compare=False)
 
     @property
     def n(self) -> int:
@@ -329,12 +337,13 @@ class NBodyState:
 def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
     """Advance the block ``active``, due at ``tnow`` (the smallest ``t_i + dt_i``)."""
     parallel = active.size * state.n >= PARALLEL_MIN_PAIRS
+    forces = state.force_map or local_forces
     if state.order == 6:
         predict_all6(state.pos, state.vel, state.acc, state.jerk, state.snap, state.crackle,
                      state.t, tnow, state._ppos, state._pvel, state._pacc)
         kernel = acc_jerk_snap_parallel if parallel else acc_jerk_snap_serial
-        anew, jnew, snew, _ = kernel(state._ppos, state._pvel, state._pacc, state.mass,
-                                     active, state.eps2)
+        anew, jnew, snew, _ = forces(kernel, (state._ppos, state._pvel, state._pacc,
+                                              state.mass), active, state.eps2)
         bad = correct_block6(active, tnow, anew, jnew, snew, state.pos, state.vel, state.acc,
                              state.jerk, state.snap, state.crackle, state.t, state.dt,
                              state.eta, state.dt_max, state.dt_min)
@@ -342,7 +351,8 @@ def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
         predict_all(state.pos, state.vel, state.acc, state.jerk, state.t, tnow, state._ppos,
                     state._pvel)
         kernel = acc_jerk_parallel if parallel else acc_jerk_serial
-        anew, jnew, _ = kernel(state._ppos, state._pvel, state.mass, active, state.eps2)
+        anew, jnew, _ = forces(kernel, (state._ppos, state._pvel, state.mass), active,
+                               state.eps2)
         bad = correct_block(active, tnow, state._ppos, state._pvel, anew, jnew, state.pos,
                             state.vel, state.acc, state.jerk, state.snap, state.crackle,
                             state.t, state.dt, state.eta, state.dt_max, state.dt_min)
@@ -363,6 +373,12 @@ def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
             f"{bad} particle(s) need a step below dt_min = {state.dt_min:g} at t = {tnow!r} "
             "(a close pair not taken out as an unperturbed pair: pairs off, perturbed, or a "
             "multiple)")
+
+
+def local_forces(kernel, inputs: tuple, active: np.ndarray, eps2: float) -> tuple:
+    """The forces of a block in this process: ``kernel(*inputs, active, eps2)`` (the
+    default of :attr:`NBodyState.force_map`)."""
+    return kernel(*inputs, active, eps2)
 
 
 def _fresh_forces(state: NBodyState):
