@@ -21,6 +21,9 @@ What the columns are here
 * Escapers: a star whose energy ``v^2/2 + phi`` (in the frame of the centre of mass of all
   stars) is positive and that lies beyond :data:`ESCAPE_RADIUS_RH` r_h from the centre is
   counted as escaped from then on (it stays in the integration); ``N``, ``M`` count the others.
+  The members of a binary (:func:`cmc.nbody_outputs.find_binaries`) take its centre of mass's
+  energy (their mutual potential left out) and radius
+  (:func:`cmc.nbody_outputs.escape_energies`), so an escaping binary leaves whole.
   Each is written once, at the output where it left, to ``OUTDIR/escapers.h5`` with the Monte
   Carlo run's columns (kind 1, unbound; :func:`cmc.nbody_outputs.escaper_rows`).
 * Binaries: mutual nearest neighbours that are bound and tidally unperturbed at apocentre
@@ -328,7 +331,12 @@ class NBodyRun:
     # ------------------------------------------------------------------ diagnostics
     def diagnostics(self) -> dict:
         """The row of the state's current time (every star synchronised there)."""
-        from cmc.nbody_outputs import binary_columns, escaper_rows, find_binaries
+        from cmc.nbody_outputs import (
+            binary_columns,
+            escape_energies,
+            escaper_rows,
+            find_binaries,
+        )
         from physics.nbody import acc_jerk, predicted
         from physics.nbody_kernels import energy_kernel
         from physics.structure import core_properties, lagrange_mean_masses, lagrange_radii
@@ -352,12 +360,19 @@ class NBodyRun:
         order = np.argsort(rad[bound], kind="stable")
         rb, mb = rad[bound][order], m[bound][order]
         r_h = float(lagrange_radii(rb, mb, np.array([0.5]))[0])
+        ids = np.asarray(self.stars["id"], dtype=np.int64)  # (predicted: in star order)
         v_cm = (m @ vel) / float(np.sum(m))
         dv = vel - v_cm
         e_star = 0.5 * np.einsum("ic,ic->i", dv, dv) + pot
-        new = bound & (e_star > 0.0) & (rad > ESCAPE_RADIUS_RH * r_h)
+        # a binary leaves as one object: its members take its centre of mass's energy (less
+        # their mutual potential) and radius, by which a hard binary escapes whole (alone,
+        # each member is held by its companion)
+        e_esc, r_esc = escape_energies(find_binaries(pos[bound], vel[bound], m[bound],
+                                                     ids[bound], st.eps2),
+                                       np.flatnonzero(bound), e_star, rad, m, pos, vel, pot,
+                                       v_cm, self.centre, st.eps2)
+        new = bound & (e_esc > 0.0) & (r_esc > ESCAPE_RADIUS_RH * r_h)
         time_rel = t / self.unit_nb
-        ids = np.asarray(self.stars["id"], dtype=np.int64)  # (predicted: in star order)
         self.escaper_rows = escaper_rows(
             new, ids, m, pos, vel, pot, self.centre, v_cm, self.step, time_rel,
             star_fields={k: self.stars[k] for k in ("m_msun", "rad", "startype")

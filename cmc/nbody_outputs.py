@@ -298,6 +298,57 @@ def escaper_fields() -> tuple[Field, ...]:
     return escaper_columns(False, False)
 
 
+def escape_energies(binaries: Binaries, rows: np.ndarray, e_star: np.ndarray,
+                    rad: np.ndarray, mass: np.ndarray, pos: np.ndarray, vel: np.ndarray,
+                    pot: np.ndarray, v_frame: np.ndarray, centre: np.ndarray,
+                    eps2: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Each star's energy and radius for the escape test, a binary's members taking their
+    centre of mass's.
+
+    A member of a hard binary is bound to its companion however fast the pair moves, so the
+    test of single stars would never let a binary escape.  For each binary the energy per
+    unit mass of its centre of mass is ``|v_cm - v_frame|^2 / 2 + (m1 phi1' + m2 phi2') /
+    (m1 + m2)``, with ``phi'`` each member's potential less its companion's (the pair's own
+    binding is not energy it can use to leave), and its radius ``|x_cm - centre|``.
+
+    Parameters
+    ----------
+    binaries : Binaries
+        :func:`find_binaries` of the stars ``rows`` (its ``i1``, ``i2`` index ``rows``).
+    rows : numpy.ndarray of int64
+        The stars given to :func:`find_binaries`, as rows of the arrays below.
+    e_star, rad : numpy.ndarray, shape (N,)
+        Each star's own energy per unit mass [v_NB^2] and radius [r_vir].
+    mass, pos, vel, pot : numpy.ndarray
+        Masses [M0] (N,), positions [r_vir] and velocities [v_NB] (N, 3), potentials of the
+        other stars [v_NB^2] (N,), softened with ``eps2`` as the integration's.
+    v_frame, centre : numpy.ndarray, shape (3,)
+        The frame's velocity [v_NB] and the cluster's centre [r_vir].
+
+    Returns
+    -------
+    e, r : numpy.ndarray, shape (N,)
+        Copies of ``e_star``, ``rad`` with each binary's members given its values.
+    """
+    e = np.array(e_star, dtype=np.float64, copy=True)
+    r = np.array(rad, dtype=np.float64, copy=True)
+    if binaries.id1.size == 0:
+        return e, r
+    g1, g2 = rows[binaries.i1], rows[binaries.i2]
+    m1, m2 = mass[g1], mass[g2]
+    mt = m1 + m2
+    d = pos[g2] - pos[g1]
+    mutual = 1.0 / np.sqrt(np.einsum("ic,ic->i", d, d) + eps2)
+    phi = (m1 * (pot[g1] + m2 * mutual) + m2 * (pot[g2] + m1 * mutual)) / mt
+    v = (m1[:, None] * vel[g1] + m2[:, None] * vel[g2]) / mt[:, None] - v_frame
+    x = (m1[:, None] * pos[g1] + m2[:, None] * pos[g2]) / mt[:, None] - centre
+    e_cm = 0.5 * np.einsum("ic,ic->i", v, v) + phi
+    r_cm = np.sqrt(np.einsum("ic,ic->i", x, x))
+    e[g1] = e[g2] = e_cm
+    r[g1] = r[g2] = r_cm
+    return e, r
+
+
 def escaper_rows(new_mask: np.ndarray, ids: np.ndarray, mass: np.ndarray, pos: np.ndarray,
                  vel: np.ndarray, pot: np.ndarray, centre: np.ndarray, v_cm: np.ndarray,
                  step: int, time_rel: float, *,

@@ -321,3 +321,61 @@ def test_select_keeps_the_chosen_binaries_in_order():
     for name, arr in s.as_dict().items():
         np.testing.assert_array_equal(arr, b.as_dict()[name][keep], err_msg=name)
     assert b.select(np.zeros(b.size, bool)).size == 0
+
+
+@pytest.mark.parametrize("speed, escapes", [(3.0, True), (0.05, False)])
+def test_an_escaping_hard_binary_leaves_whole(tmp_path, speed, escapes):
+    """Two stars of a Plummer N = 64 made a hard binary (a = 1e-3) at 30 r_h from the centre,
+    moving outward at ``speed``: fast, its centre of mass is unbound and both members are
+    escapers at the next output (each alone has a negative energy: held by its companion);
+    slow, it stays bound and neither is."""
+    from cmc.config import load_config
+    from cmc.nbody import NBodyRun
+    from cmc.nbody_outputs import escape_energies, find_binaries
+
+    ini = tmp_path / "b.ini"
+    ini.write_text("[initial]\nmodel = plummer\nn = 64\nseed = 5\n")
+    run = NBodyRun(load_config(str(ini)), None, t_end=1.0, pair_gamma=0.0)
+    d0 = run.diagnostics()
+    st = run.nb
+    mu = float(st.mass[0] + st.mass[1])
+    x = np.array([30.0 * d0["r_h"], 0.0, 0.0])
+    a = 1e-3
+    v_orb = math.sqrt(mu / a)
+    st.pos[0] = x - np.array([0.0, 0.5 * a, 0.0])
+    st.pos[1] = x + np.array([0.0, 0.5 * a, 0.0])
+    v = np.array([speed, 0.0, 0.0])
+    st.vel[0] = v + np.array([0.0, 0.0, 0.5 * v_orb])  # (the orbit across the motion)
+    st.vel[1] = v - np.array([0.0, 0.0, 0.5 * v_orb])
+    run.step = 1
+    d = run.diagnostics()
+    # each member alone is bound (its companion's potential)
+    from physics.nbody import acc_jerk
+
+    _, _, pot = acc_jerk(st.pos, st.vel, st.mass)
+    v_cm = (st.mass @ st.vel) / st.mass.sum()
+    e_star = 0.5 * np.sum((st.vel - v_cm) ** 2, axis=1) + pot
+    assert e_star[0] < 0.0 and e_star[1] < 0.0
+    assert bool(run.escaped[0]) is escapes and bool(run.escaped[1]) is escapes
+    assert d["N_escaped"] == (2 if escapes else 0)
+    assert sorted(run.escaper_rows["id"].tolist()) == (
+        sorted(np.asarray(run.stars["id"])[:2].tolist()) if escapes else [])
+    # the centre of mass's energy: the pair's kinetic energy and the cluster's potential
+    rows = np.arange(64)
+    b = find_binaries(st.pos, st.vel, st.mass, np.arange(64))
+    assert b.id1.tolist()[:1] == [0] and b.id2.tolist()[:1] == [1]
+    rad = np.sqrt(np.sum((st.pos - run.centre) ** 2, axis=1))
+    e, r = escape_energies(b.select(np.array([0])), rows, e_star, rad, st.mass, st.pos,
+                           st.vel, pot, v_cm, run.centre)
+    mutual = st.mass[0] * st.mass[1] / a
+    e_cm = (0.5 * mu * speed_of(st, v_cm) ** 2 + st.mass[0] * pot[0] + st.mass[1] * pot[1]
+            + 2.0 * mutual) / mu
+    assert e[0] == e[1] == pytest.approx(e_cm, rel=1e-9)
+    assert r[0] == r[1] == pytest.approx(float(np.linalg.norm(x - run.centre)), rel=1e-12)
+    np.testing.assert_array_equal(e[2:], e_star[2:])
+
+
+def speed_of(st, v_frame):
+    """Speed of the centre of mass of stars 0 and 1 in the frame ``v_frame``."""
+    v = (st.mass[0] * st.vel[0] + st.mass[1] * st.vel[1]) / (st.mass[0] + st.mass[1])
+    return float(np.linalg.norm(v - v_frame))
