@@ -29,7 +29,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Times [Myr] at which the table and the JSON give the cluster's state.
-EPOCHS_MYR = (10.0, 50.0, 100.0, 150.0, 200.0, 240.0, 300.0, 400.0, 460.0, 500.0, 1000.0, 2000.0)
+EPOCHS_MYR = (10.0, 50.0, 100.0, 150.0, 200.0, 240.0, 300.0, 400.0, 460.0, 500.0, 540.0,
+              555.0, 1000.0, 2000.0)
 #: Black holes that escape before this time [Myr] are counted as kicked out at birth (natal
 #: kicks); later ones as ejected dynamically or stripped.
 NATAL_ERA_MYR = 50.0
