@@ -70,8 +70,14 @@ its tidal perturbation, so E_tot is conserved only to about gamma times the pair
 energy.  A perturbed pair, or a triple, still takes small Hermite steps, and a step below the
 integrator's dt_min stops the run (``close_pair``, exit 3).
 
-Not yet: regularised perturbed pairs and multiples, primordial binaries, escaping binaries,
-stellar evolution, tidal fields, snapshots, MPI.
+MPI
+---
+Under ``mpiexec -n P`` every rank holds the whole system and computes a share of each large
+block's forces (:class:`parallel.nbody_forces.SplitForces`, one Allgatherv): the same bits as
+one process.  Rank 0 writes the files and logs; its clock and signals decide when to stop.
+
+Not yet: regularised perturbed pairs and multiples, primordial binaries, stellar evolution,
+tidal fields, snapshots, a GPU kernel.
 """
 
 from __future__ import annotations
