@@ -671,9 +671,10 @@ def next_call_times(batch: Batch, result: Result, t_prev: Any, t_now: Any,
       CMC-COSMIC calls every star), else ``t_now + min(giant_tolerance * tms,
       giant_tolerance * r / (2 |rdot|), tolerance * m / (2 |mdot|))``, r the radius and rdot
       its change over the call / ``t_now - t_prev`` (each term skipped when its rate is 0;
-      ``tms`` the star's ``tms`` in BSE's state after the call).  A giant's mass and radius change smoothly within a phase;
-      the end of a phase (a jump of the radius, the envelope's loss, a supernova) is seen at
-      the next call, at most ``giant_tolerance * tms`` late;
+      ``tms`` the star's ``tms`` in BSE's state after the call).  A giant's mass and radius
+      change smoothly within a phase; the end of a phase (a jump of the radius, the
+      envelope's loss, a supernova) is seen at the next call, at most ``giant_tolerance *
+      tms`` late;
     * k = 10 .. 15 (WD, NS, BH, massless): ``inf``.
 
     A single star follows its member rule.  A bound binary is due every step if a member
