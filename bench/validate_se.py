@@ -57,8 +57,9 @@ TIMES = (10.0, 100.0, 1000.0, 12000.0)
 Z = 0.0017
 #: The scheduler's tolerances of (c): the run's defaults (``[bse]`` tolerance,
 #: ms_age_tolerance, giant_tolerance)
-TOLERANCES = (load_config(None).bse.tolerance, load_config(None).bse.ms_age_tolerance,
-              load_config(None).bse.giant_tolerance)
+_BSE_DEFAULTS = load_config(None).bse
+TOLERANCES = (_BSE_DEFAULTS.tolerance, _BSE_DEFAULTS.ms_age_tolerance,
+              _BSE_DEFAULTS.giant_tolerance)
 DOC = ROOT / "docs" / "validation_se.md"
 JSON = ROOT / "docs" / "validation_se.json"
 PNG = ROOT / "docs" / "validation_se.png"

@@ -373,10 +373,9 @@ class NBodyRun:
         # a binary leaves as one object: its members take its centre of mass's energy (less
         # their mutual potential) and radius, by which a hard binary escapes whole (alone,
         # each member is held by its companion)
-        e_esc, r_esc = escape_energies(find_binaries(pos[bound], vel[bound], m[bound],
-                                                     ids[bound], st.eps2),
-                                       np.flatnonzero(bound), e_star, rad, m, pos, vel, pot,
-                                       v_cm, self.centre, st.eps2)
+        found = find_binaries(pos[bound], vel[bound], m[bound], ids[bound], st.eps2)
+        e_esc, r_esc = escape_energies(found, np.flatnonzero(bound), e_star, rad, m, pos, vel,
+                                       pot, v_cm, self.centre, st.eps2)
         new = bound & (e_esc > 0.0) & (r_esc > ESCAPE_RADIUS_RH * r_h)
         time_rel = t / self.unit_nb
         self.escaper_rows = escaper_rows(
@@ -399,7 +398,9 @@ class NBodyRun:
         r_c, rho_c, n_core = core_properties(rb, mb, r_h)
         xd, r_c3, rho_c3 = density_centre(pos[bound], m[bound])
         d3 = np.sqrt(np.einsum("ic,ic->i", pos[bound] - xd, pos[bound] - xd))
-        binaries = find_binaries(pos[bound], vel[bound], m[bound], ids[bound], st.eps2)
+        if np.any(new):  # (the bound stars changed; else the search above is theirs)
+            found = find_binaries(pos[bound], vel[bound], m[bound], ids[bound], st.eps2)
+        binaries = found
         # hard ones only: the soft bound neighbours of a dense core come and go (chance
         # pairs), and a Monte Carlo run's binaries are hard (three-body ones: hardness >=
         # binaries.eta_min); kT = 2 K / (3 N) of the bound stars

@@ -128,11 +128,11 @@ def _evolve_here(batch: se.Batch, ids: np.ndarray, t_end: float, z: float,
                  cutoff: float) -> tuple[se.Result | None, tuple[int, str] | None]:
     """:func:`physics.stellar_evolution.evolve` on this rank: (result, None), or (None,
     (the failing object's id, BSE's message))."""
-    if len(batch) == 0:  # no watchdog to arm (its thread's start and join: 0.1 ms on a quiet
-        # core, ~1 ms measured with the other core busy)
-        return se.evolve(batch, t_end, z, cutoff), None
+    # no watchdog for an empty batch (its thread's start and join: 0.1 ms on a quiet core,
+    # ~1 ms measured with the other core busy)
+    watch = bse_watchdog() if len(batch) else contextlib.nullcontext()
     try:
-        with bse_watchdog():
+        with watch:
             return se.evolve(batch, t_end, z, cutoff), None
     except se.StellarEvolutionError as exc:
         return None, (int(ids[exc.index]), str(exc))
