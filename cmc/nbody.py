@@ -61,14 +61,15 @@ continues bit for bit.
 Close pairs
 -----------
 A bound pair of stars with steps at or below ``--pair-dt`` (default ``dt_out / 2^12``) and a
-tidal perturbation below ``--pair-gamma`` (default 1e-5; 0 switches the treatment off) is
-carried as an unperturbed Kepler orbit about its centre of mass (:mod:`physics.nbody_pairs`)
-until the perturbation exceeds twice that.  Settings as attributes ``pair_dt``,
-``pair_gamma``; columns ``nb_pairs_formed``, ``nb_pairs_resolved``, ``nb_pairs``.  The
-energies are over all stars with the pairs' members resolved; an unperturbed pair neglects
-its tidal perturbation, so E_tot is conserved only to about gamma times the pairs' binding
-energy.  A perturbed pair, or a triple, still takes small Hermite steps, and a step below the
-integrator's dt_min stops the run (``close_pair``, exit 3).
+tidal perturbation below ``--pair-gamma`` (default 1e-3; 0 switches the treatment off) is
+carried as a Kepler orbit about its centre of mass under the tide of its perturbers, which
+feel its reaction (:mod:`physics.nbody_pairs`, :mod:`physics.nbody_perturbed`), until the
+perturbation exceeds twice that.  Settings as attributes ``pair_dt``, ``pair_gamma``
+(``--pair-gamma`` may change on restart); columns ``nb_pairs_formed``,
+``nb_pairs_resolved``, ``nb_pairs``, ``nb_pair_kicks``.  The energies are over all stars
+with the pairs' members resolved.  A pair in a close encounter (perturbation above twice
+``pair_gamma``), or a triple, takes small Hermite steps, and a step below the integrator's
+dt_min stops the run (``close_pair``, exit 3).
 
 MPI
 ---
@@ -124,7 +125,7 @@ STATE_SCALARS = ("time", "eps2", "eta", "eta_s", "dt_max", "dt_min", "order", "n
 #: The close pairs' arrays and scalars (:mod:`physics.nbody_pairs`); a checkpoint without
 #: them (the format before close pairs) restarts with no pairs and the default settings.
 PAIR_ARRAYS = ("ids", "star_mass", "pair_i", "pair_j", "pair_r", "pair_w", "pair_t0")
-PAIR_SCALARS = ("pair_dt", "pair_gamma", "n_pair_formed", "n_pair_resolved")
+PAIR_SCALARS = ("pair_dt", "pair_gamma", "n_pair_formed", "n_pair_resolved", "n_pair_kicks")
 #: NBodyRun's scalars that a checkpoint holds (group ``run``; arrays ``escaped``, ``centre``).
 RUN_SCALARS = ("step", "e0", "wall", "t_end", "dt_out", "t_rh0", "n0", "diag_rows")
 
@@ -132,7 +133,7 @@ RUN_SCALARS = ("step", "e0", "wall", "t_end", "dt_out", "t_rh0", "n0", "diag_row
 NBODY_UNITS = {"centre": "r_vir", "r_c_3d": "r_vir", "rho_c_3d": "M0 r_vir^-3",
                "N_core_3d": "objects", "nb_steps": "particle steps",
                "wall_s": "s", "nb_pairs_formed": "pairs", "nb_pairs_resolved": "pairs",
-               "nb_pairs": "pairs"}
+               "nb_pairs": "pairs", "nb_pair_kicks": "kicks"}
 NBODY_MEANINGS = {
     "centre": "centre the radii are measured from: the model's origin at t = 0, then the "
               "density centre of the bound stars (Casertano & Hut 1985, 6th neighbour)",
@@ -141,11 +142,13 @@ NBODY_MEANINGS = {
     "N_core_3d": "stars within r_c_3d of the density centre",
     "nb_steps": "particle steps of the Hermite integrator since the start",
     "wall_s": "wall-clock time of the integration since the start",
-    "nb_pairs_formed": "close pairs taken out of the Hermite integration as unperturbed "
-                       "Kepler orbits since the start",
-    "nb_pairs_resolved": "unperturbed close pairs put back as two stars (perturbation above "
-                         "twice pair_gamma) since the start",
-    "nb_pairs": "unperturbed close pairs now",
+    "nb_pairs_formed": "close pairs taken out of the Hermite integration as Kepler orbits "
+                       "under their perturbers' tide since the start",
+    "nb_pairs_resolved": "close pairs put back as two stars (perturbation above twice "
+                         "pair_gamma) since the start",
+    "nb_pairs": "close pairs carried as Kepler orbits now",
+    "nb_pair_kicks": "tidal kicks given to the close pairs' relative orbits since the start "
+                     "(physics.nbody_perturbed: each sums over the pair's perturbers)",
     "E_binding": "internal energy -m1 m2 / 2a of the hard binaries (|E_b| >= kT) found by the "
                  "neighbour search (cmc.nbody_outputs.find_binaries); unlike a Monte Carlo "
                  "run's, already part of K + W, so not a term of E_tot",
@@ -423,6 +426,7 @@ class NBodyRun:
             "N_core_3d": int(np.count_nonzero(d3 <= r_c3)), "nb_steps": st.n_steps,
             "wall_s": self.wall, "nb_pairs_formed": st.n_pair_formed,
             "nb_pairs_resolved": st.n_pair_resolved, "nb_pairs": st.n_pairs_now,
+            "nb_pair_kicks": st.n_pair_kicks,
             **binary_columns(binaries, pos[bound], float(r_c), self.centre),
         }
 
@@ -461,7 +465,7 @@ class NBodyRun:
                                  f"{self.step}, not {self.step + 1}: it does not belong to "
                                  f"{self.outdir / CHECKPOINT}")
             history = data
-            for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs"):
+            for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs", "nb_pair_kicks"):
                 # a run begun before close pairs were treated had none
                 history.setdefault(name, np.zeros(rows, dtype=np.int64))
             for name in ("N_binaries", "binary_fraction", "binary_fraction_core", "E_binding"):
@@ -602,7 +606,7 @@ class NBodyRun:
     def restore(self, ck: dict) -> None:
         """Take the integrator and run state of a checkpoint (:func:`read_checkpoint`)."""
         from physics.nbody import NBodyState
-        from physics.nbody_pairs import init_pairs
+        from physics.nbody_pairs import anchor_pairs, init_pairs
 
         arrays, scalars, run = ck["nbody"], ck["nbody_attrs"], ck["run_attrs"]
         star_mass = arrays.get("star_mass", arrays["mass"])
@@ -621,7 +625,9 @@ class NBodyRun:
             setattr(st, k, scalars.get(k, getattr(self.nb, k)))
         st.pair_dt, st.pair_gamma = float(st.pair_dt), float(st.pair_gamma)
         st.n_pair_formed, st.n_pair_resolved = int(st.n_pair_formed), int(st.n_pair_resolved)
+        st.n_pair_kicks = int(st.n_pair_kicks)
         init_pairs(st)
+        anchor_pairs(st)
         st.order = int(st.order)
         for name in ("n_blocks", "n_steps", "n_pairs"):
             setattr(st, name, int(getattr(st, name)))
@@ -713,8 +719,9 @@ def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None
            comm=None) -> NBodyRun:
     """The run of ``OUTDIR/checkpoint.h5`` ready to continue (``cmc nbody --restart``): to
     its own ``t_end``, or to ``t_end`` when given (later than the checkpoint).  ``order``,
-    ``eta``, ``dt_out``, ``pair_gamma``, ``pair_dt`` define the run: given, they must be the
-    checkpoint's."""
+    ``eta``, ``dt_out``, ``pair_dt`` define the run: given, they must be the checkpoint's.
+    ``pair_gamma``, a numerical setting of the close pairs, may change: the run goes on with
+    the new value from the checkpoint on (logged, and the attribute of the files)."""
     from cmc.config import load_config
 
     ck = read_checkpoint(outdir / CHECKPOINT)
@@ -725,7 +732,6 @@ def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None
     nb.setdefault("pair_dt", default_pair_dt(nb["dt_max"]))
     for opt, given, have in (("--order", order, nb["order"]), ("--eta", eta, nb["eta"]),
                              ("--dt-out", dt_out, run["dt_out"]),
-                             ("--pair-gamma", pair_gamma, nb["pair_gamma"]),
                              ("--pair-dt", pair_dt, nb["pair_dt"])):
         if given is not None and given != have:
             raise InputError(f"{opt} {given:g}: the run in {outdir} has {have:g}; a restart "
@@ -736,6 +742,11 @@ def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None
                     pair_gamma=float(nb["pair_gamma"]), pair_dt=float(nb["pair_dt"]),
                     comm=comm)
     self.restore(ck)
+    if pair_gamma is not None and pair_gamma != self.nb.pair_gamma:
+        _check_pair_options(pair_gamma, None, self.dt_out)
+        log.warning("--pair-gamma %g: the close pairs' threshold changes from %g at t = %.6g "
+                    "t_NB", pair_gamma, self.nb.pair_gamma, self.nb.time)
+        self.nb.pair_gamma = float(pair_gamma)
     if t_end is not None:
         if not (math.isfinite(t_end) and t_end > self.nb.time):
             raise InputError(f"--t-end {t_end:g}: the checkpoint in {outdir} is at t = "

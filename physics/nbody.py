@@ -171,8 +171,8 @@ class NBodyState:
     its time ``t`` and step ``dt``.  ``order`` is the Hermite scheme's, 4 or 6.  ``time`` is
     the system's time (the last block time reached, or the ``t_end`` of :func:`evolve`).
 
-    The per-body arrays hold the integrated bodies: the stars, except that each unperturbed
-    close pair is one body (its centre of mass, in its first member's place) while the pair's
+    The per-body arrays hold the integrated bodies: the stars, except that each close pair
+    is one body (its centre of mass, in its first member's place) while the pair's
     relative orbit is in ``pair_i``, ``pair_j``, ``pair_r``, ``pair_w``, ``pair_t0``
     (:mod:`physics.nbody_pairs`); ``ids`` maps bodies to stars, ``star_mass`` holds every
     star's mass.  Without pairs the layout is the stars' own.
@@ -204,6 +204,8 @@ class NBodyState:
     pair_gamma: float = 0.0
     n_pair_formed: int = 0
     n_pair_resolved: int = 0
+    #: tidal kicks given to the pairs' relative orbits (physics.nbody_perturbed)
+    n_pair_kicks: int = 0
     ids: np.ndarray = field(default=None, repr=False)
     star_mass: np.ndarray = field(default=None, repr=False)
     pair_i: np.ndarray = field(default=None, repr=False)
@@ -234,7 +236,7 @@ class NBodyState:
 
     @property
     def n_pairs_now(self) -> int:
-        """Number of unperturbed close pairs now."""
+        """Number of close pairs now."""
         return int(self.pair_i.size)
 
     @classmethod
@@ -269,9 +271,10 @@ class NBodyState:
             :data:`physics.nbody_pairs.PAIR_DT_LEVELS`) may become part of an unperturbed pair.
             When that default is below ``dt_min`` (fixed steps), there are no close pairs.
         pair_gamma : float
-            Tidal perturbation below which a bound close pair is carried as a Kepler orbit;
-            0 (the default here: the integrator as it was, bit for bit) switches the
-            treatment off; ``cmc nbody`` uses :data:`physics.nbody_pairs.PAIR_GAMMA` (1e-5).
+            Tidal perturbation below which a bound close pair is carried as a Kepler orbit
+            under its perturbers' tide (:mod:`physics.nbody_perturbed`); 0 (the default
+            here: the integrator as it was, bit for bit) switches the treatment off; ``cmc
+            nbody`` uses :data:`physics.nbody_pairs.PAIR_GAMMA` (1e-3).
             No pair is formed with softening (``eps > 0``).
         """
         mass = np.array(mass, dtype=np.float64).reshape(-1)

@@ -1,14 +1,15 @@
-"""Unperturbed close pairs of the direct N-body integrator (issue 50, "Close pairs").
+"""Close pairs of the direct N-body integrator (issue 50, "Close pairs").
 
 A hard binary makes the Hermite integrator of :mod:`physics.nbody` take ever smaller steps.
-As NBODY's unperturbed two-body motion (Aarseth 2003, ch. 5) and Fewbody's collapse of
-isolated binaries (:func:`physics.fewbody_kepler.collapse_isolated`), a bound pair whose tidal
+As NBODY's treatment of KS pairs (Aarseth 2003, ch. 5) and Fewbody's collapse of isolated
+binaries (:func:`physics.fewbody_kepler.collapse_isolated`), a bound pair whose tidal
 perturbation from the rest of the system is small is taken out of the Hermite integration:
 the two stars are replaced by their centre of mass (one integrated body of mass ``m_i +
-m_j``), and their relative orbit is carried analytically by
-:func:`physics.fewbody_kepler.kepler_propagate` (elliptic Kepler, Lagrange f and g) from the
-time at which it was taken.
-
+m_j``), and their relative orbit is carried apart, at every block step of the centre of
+mass, by exact Kepler drifts with tidal kicks from the pair's perturbers
+(:mod:`physics.nbody_perturbed`; the perturbers get the pair's reaction back).  With no
+perturber above :data:`physics.nbody_perturbed.PERTURBER_GAMMA` the step is one Kepler
+drift (:func:`physics.fewbody_kepler.kepler_propagate`, Lagrange f and g).
 Units: N-body units, G = 1, as :mod:`physics.nbody`.
 
 Criteria
@@ -19,9 +20,12 @@ Criteria
   tidal perturbation ``gamma = max_k 2 m_k R^3 / ((m_i + m_j) d_k^3)`` (``R = a (1 + e)`` the
   apocentre, ``d_k`` the distance of body ``k`` from the pair's centre of mass, over every
   other integrated body) below ``pair_gamma``.
-* Resolving: at each of the centre of mass's block steps ``gamma`` is recomputed; above
-  :data:`HYSTERESIS` ``pair_gamma`` the two stars are put back, at the block time, with the
-  propagated relative orbit, fresh forces and first steps.
+* Advancing: at each of the centre of mass's block steps the relative orbit is advanced
+  from ``pair_t0`` (the previous one) to the block time (:mod:`physics.nbody_perturbed`); the
+  centre of mass's next step is at most the shortest of its perturbers'.
+* Resolving: then ``gamma`` is recomputed; above :data:`HYSTERESIS` ``pair_gamma`` the two
+  stars are put back, at the block time, with the relative orbit, fresh forces and first
+  steps.
 
 Layout
 ------
@@ -34,9 +38,9 @@ x_i``, ``v_j - v_i`` at time ``pair_t0``); ``star_mass`` holds the masses of all
 stars.  Only loops over the pairs are in Python; the force kernels are unchanged.
 
 Limits: the two-body motion is exact only for ``eps = 0`` (with softening no pair is
-formed); a pair whose perturbation is above ``pair_gamma`` stays in the Hermite integration
-with small steps (and can still stop it at ``dt_min``); pairs of pairs, triples and other
-multiples are not regularised.
+formed); a pair whose perturbation is above ``pair_gamma`` (a close encounter with a third
+body) stays in the Hermite integration with small steps (and can still stop it at
+``dt_min``); pairs of pairs, triples and other multiples are not regularised.
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ import numpy as np
 
 from physics.fewbody_kepler import kepler_propagate
 from physics.nbody_kernels import quantise_down
+from physics.nbody_perturbed import perturbed_kepler, select_perturbers, substeps
 
-__all__ = ["HYSTERESIS", "PAIR_DT_LEVELS", "PAIR_GAMMA", "default_pair_dt", "expand",
+__all__ = ["HYSTERESIS", "PAIR_DT_LEVELS", "PAIR_GAMMA", "anchor_pairs", "default_pair_dt",
+           "expand",
            "init_pairs", "perturbation", "update_pairs"]
 
 #: Default ``pair_dt = dt_max / 2^PAIR_DT_LEVELS``: with dt_max = 1/8 (the default output
@@ -56,11 +62,13 @@ __all__ = ["HYSTERESIS", "PAIR_DT_LEVELS", "PAIR_GAMMA", "default_pair_dt", "exp
 #: below the steps of the single stars of a Plummer core at N <= 10^4; only stars in tight
 #: binaries (periods of order 100 such steps) get there.
 PAIR_DT_LEVELS = 12
-#: Default tidal perturbation below which a pair is unperturbed: 1e-5 (NBODY's GMIN for
-#: unperturbed KS motion is 1e-6; we take 1e-5 because a perturbed pair has no
-#: regularisation here, and the energy the approximation neglects is of order gamma times
-#: the binary's binding energy).
-PAIR_GAMMA = 1e-5
+#: Default tidal perturbation below which a bound close pair is carried as a Kepler orbit
+#: under its perturbers' tide (physics.nbody_perturbed): 1e-3.  The three-body flyby of
+#: tests/test_nbody_fewbody.py at 1e-3 against the pairs-off run: a, e, the single's velocity,
+#: energy and angular momentum within 3.5e-5 (of |E_b|, L_b), in 15 % of the steps; the
+#: neglected octupole and the tide of the bodies below PERTURBER_GAMMA are far smaller.
+#: (Before the tide was applied, pairs were unperturbed Kepler orbits and this was 1e-5.)
+PAIR_GAMMA = 1e-3
 #: A pair is resolved when its perturbation exceeds ``HYSTERESIS x pair_gamma``.
 HYSTERESIS = 2.0
 _EMPTY_INT = np.zeros(0, dtype=np.int64)
@@ -87,8 +95,22 @@ def init_pairs(state, star_mass=None) -> None:
         state.pair_t0 = np.zeros(0)
 
 
+def anchor_pairs(state) -> None:
+    """Bring each pair's relative orbit to its body's time by Kepler motion, where it is not
+    there (a checkpoint from before the perturbed pairs kept the orbit at its forming time;
+    since then it is advanced at every step of the centre of mass, :func:`update_pairs`)."""
+    if state.pair_i.size == 0:
+        return
+    rows = np.searchsorted(state.ids, state.pair_i)
+    for k in np.flatnonzero(state.pair_t0 != state.t[rows]):
+        state.pair_r[k], state.pair_w[k] = _relative_at(state, k, float(state.t[rows[k]]))
+        state.pair_t0[k] = state.t[rows[k]]
+
+
 def _relative_at(state, k: int, time: float) -> tuple[np.ndarray, np.ndarray]:
     """Relative position and velocity of pair ``k`` at ``time`` (Kepler, from pair_t0)."""
+    if time == state.pair_t0[k]:
+        return state.pair_r[k].copy(), state.pair_w[k].copy()
     r1 = np.empty(3)
     w1 = np.empty(3)
     mu = float(state.star_mass[state.pair_i[k]] + state.star_mass[state.pair_j[k]])
@@ -202,6 +224,9 @@ def update_pairs(state, tnow: float, active: np.ndarray, force) -> bool:
     is_active[active] = True
     is_pair = np.zeros(st.mass.size, dtype=bool)
     is_pair[prows] = True
+    for k in range(st.pair_i.size):  # the relative orbits of the block's pairs to tnow
+        if is_active[prows[k]] and st.pair_t0[k] < tnow:
+            _advance(st, k, prows[k], tnow, P, V)
     resolve = []
     for k in range(st.pair_i.size):
         row = prows[k]
@@ -285,6 +310,40 @@ def update_pairs(state, tnow: float, active: np.ndarray, force) -> bool:
     return True
 
 
+def _advance(st, k: int, row: int, tnow: float, P: np.ndarray, V: np.ndarray) -> None:
+    """Pair ``k``'s relative orbit from ``pair_t0`` to ``tnow`` under the tide of its
+    perturbers (:mod:`physics.nbody_perturbed`); its body ``row`` is at ``tnow`` (corrected),
+    ``P``, ``V`` every body there."""
+    span = tnow - float(st.pair_t0[k])
+    mpair = float(st.mass[row])
+    r, w = st.pair_r[k].copy(), st.pair_w[k].copy()
+    _, apo = _orbit(r, w, mpair)
+    rows, passage = select_perturbers(P, V, st.mass, row, apo, -span)
+    nsub = substeps(r, w, mpair, span, passage) if rows.size else 0
+    mi, mj = float(st.star_mass[st.pair_i[k]]), float(st.star_mass[st.pair_j[k]])
+    dv = np.zeros((rows.size, 3))
+    perturbed_kepler(r, w, mi, mj, float(st.pair_t0[k]), tnow, nsub, float(st.t[row]),
+                     _polynomials(st, np.array([row])), st.t[rows], _polynomials(st, rows),
+                     st.mass[rows], dv)
+    st.pair_r[k], st.pair_w[k], st.pair_t0[k] = r, w, tnow
+    if rows.size:  # the reaction, given at tnow: a perturber behind it (at its own time)
+        # gets the velocity change and the position shift that keep it where it is at tnow
+        dvc = -(st.mass[rows] @ dv) / mpair
+        st.vel[rows] += dv
+        st.pos[rows] -= dv * (tnow - st.t[rows])[:, None]
+        V[rows] += dv
+        st.vel[row] += dvc
+        V[row] += dvc
+    st.n_pair_kicks += nsub
+
+
+def _polynomials(st, rows: np.ndarray) -> np.ndarray:
+    """``(k, 6, 3)``: position, velocity, acceleration, jerk, snap, crackle of ``rows`` at
+    their own times."""
+    return np.stack([st.pos[rows], st.vel[rows], st.acc[rows], st.jerk[rows], st.snap[rows],
+                     st.crackle[rows]], axis=1)
+
+
 def _limit_steps(st, tnow: float, P: np.ndarray, V: np.ndarray) -> None:
     """Halve the next step of every pair's body at ``tnow`` (down to ``pair_dt`` at most)
     while some body, moving on a straight line from ``P``, ``V`` relative to it, would come
@@ -298,10 +357,16 @@ def _limit_steps(st, tnow: float, P: np.ndarray, V: np.ndarray) -> None:
     for k in np.flatnonzero(st.t[rows] == tnow):
         row = rows[k]
         h = st.dt[row]
-        if h <= st.pair_dt:
-            continue
         mpair = float(st.mass[row])
         _, apo = _orbit(*_relative_at(st, k, tnow), mpair)
+        # at most the shortest step of the perturbers: their polynomials are used within
+        # about one of their steps in the tide of the next step (physics.nbody_perturbed)
+        near, _ = select_perturbers(P, V, st.mass, row, apo, h)
+        if near.size:
+            h = min(h, float(st.dt[near].min()))
+        if h <= st.pair_dt:
+            st.dt[row] = h
+            continue
         r = np.delete(P - P[row], row, axis=0)
         w = np.delete(V - V[row], row, axis=0)
         mk = np.delete(st.mass, row)

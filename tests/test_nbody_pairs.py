@@ -16,7 +16,12 @@ Measured when written (one core of a loaded 2-core machine):
 * Plummer N = 256 (seed 1) with stars 0 and 1 made a circular binary of a = 1e-3 (period
   2.2e-3), 2 time units, order 4: max |dE/E| 2.1e-7 in 65004 particle steps (one pair,
   unperturbed throughout); without pairs 1.7e-5 in 197267; pair_gamma = 1e-6: 2.4e-6 in 83135
-  (resolved once).  Order 6: 2.4e-7 in 41181; without pairs 7.4e-5 in 136786.
+  (resolved once).  Order 6: 2.4e-7 in 41181; without pairs 7.4e-5 in 136786.  With the
+  perturbers' tide on the pair (physics.nbody_perturbed; the same at pair_gamma 1e-5 and
+  1e-3): order 4 2.2e-7 in 65052 steps, order 6 2.7e-8 in 41208.
+* The same model with a wider binary, a = 3e-3, order 6, 4 time units: pair_gamma 1e-3 keeps
+  it a pair throughout (20969 tidal kicks): max |dE/E| 3.6e-8, |dP| 1.5e-8, in 86994 steps;
+  1e-5 resolves it: 1.3e-6 in 117206; without pairs 1.4e-6 in 120221.
 """
 
 from __future__ import annotations
@@ -133,7 +138,9 @@ def test_step_limit_sees_an_approaching_star():
     """The centre of mass's next step is cut so that a star on a straight line cannot pass
     within the resolving distance (gamma = 2 pair_gamma: d = 0.0368 here) during it: a
     perturber at x = 0.5 moving at -20 would be there after 0.023, so the step 1/8 becomes
-    2^-6 (2^-5 would take it past); the same perturber receding leaves the step alone."""
+    2^-6 (2^-5 would take it past); the same perturber receding leaves the step alone.  The
+    perturber's own step (2^-10 here) is set to 1/8 for this, as the step is also at most
+    that of each perturber (physics.nbody_perturbed), checked last."""
     import physics.nbody_pairs as pairs
 
     m, pos, vel = _perturber()
@@ -147,9 +154,14 @@ def test_step_limit_sees_an_approaching_star():
     for sign, want in ((1.0, 2.0 ** -6), (-1.0, 0.125)):
         vel = s.vel.copy()
         vel[1] = vel[row] + sign * (vel[1] - vel[row])
-        s.dt[row] = 0.125
+        s.dt[row], s.dt[1] = 0.125, 0.125
         pairs._limit_steps(s, 0.125, s.pos.copy(), vel)
         assert s.dt[row] == want, (sign, s.dt[row])
+    # the approaching perturber on a short step: the centre of mass's step is no longer
+    vel[1] = vel[row] - (vel[1] - vel[row])
+    s.dt[row], s.dt[1] = 0.125, 2.0 ** -10
+    pairs._limit_steps(s, 0.125, s.pos.copy(), vel)
+    assert s.dt[row] == 2.0 ** -10
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +191,31 @@ def test_plummer_with_a_hard_binary(planted):
     assert s.n == 255 and s.n_stars == 256
     assert worst < 2e-6, worst
     assert steps < 0.5 * out[0.0][0], (steps, out[0.0][0])
+
+
+def test_plummer_with_a_perturbed_binary():
+    """A binary of a = 3e-3 in the Plummer N = 256 model stays a pair under the tide at
+    pair_gamma = 1e-3, conserving energy better than the Hermite integration of its members
+    (pairs off) in fewer steps; at 1e-5 it is resolved."""
+    from physics.nbody import momentum
+
+    m, pos, vel = _plummer_3d(256, 1)
+    pos, vel = _plant(m, pos, vel, 3e-3)
+    out = {}
+    for gamma in (1e-3, 1e-5, 0.0):
+        s = NBodyState.create(m, pos, vel, dt_max=0.125, order=6, pair_gamma=gamma)
+        e0, p0 = sum(energy(s)), momentum(s)
+        worst = 0.0
+        for t in np.arange(1, 33) * 0.125:
+            evolve(s, t)
+            worst = max(worst, abs(sum(energy(s)) / e0 - 1.0))
+        out[gamma] = (s, worst, float(np.linalg.norm(momentum(s) - p0)))
+    s, worst, dp = out[1e-3]
+    assert s.n_pair_formed == 1 and s.n_pair_resolved == 0 and s.n_pair_kicks > 1000
+    assert worst < 2e-7 and dp < 1e-7, (worst, dp)
+    assert s.n_steps < 0.8 * out[0.0][0].n_steps
+    assert out[0.0][1] > 5 * worst  # the members' Hermite steps do worse
+    assert out[1e-5][0].n_pair_resolved >= 1
 
 
 def _old_evolve(m, pos, vel, t_end):
@@ -273,7 +310,7 @@ def test_restart_with_a_pair_is_the_uninterrupted_run(tmp_path, order):
     db, ab = read_diagnostics(sdir / "diagnostics.h5")
     assert sorted(da) == sorted(db) and ab["stop_reason"] == "max_time"
     assert da["nb_pairs"][-1] == 1 and da["nb_pairs_formed"][-1] >= 1
-    assert aa["pair_gamma"] == 1e-5 and aa["pair_dt"] == 2.0 ** -15
+    assert aa["pair_gamma"] == 1e-3 and aa["pair_dt"] == 2.0 ** -15
     assert np.max(np.abs(da["dE_rel"])) < 1e-5
     for name in da:
         if name != "wall_s":
@@ -310,13 +347,14 @@ def test_checkpoint_without_pair_data_restarts(tmp_path):
     binary_columns = ("N_binaries", "binary_fraction", "binary_fraction_core", "E_binding")
     with h5py.File(out / "diagnostics.h5", "a") as fh:
         # (and of the format before the binaries' columns and escapers.h5)
-        for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs", *binary_columns):
+        for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs", "nb_pair_kicks",
+                     *binary_columns):
             del fh[name]
     (out / "escapers.h5").unlink()
     assert main(["nbody", "--restart", str(out), "--t-end", "1"]) == 0
     da, _ = read_diagnostics(tmp_path / "whole" / "diagnostics.h5")
     db, ab = read_diagnostics(out / "diagnostics.h5")
-    assert ab["pair_gamma"] == 1e-5
+    assert ab["pair_gamma"] == 1e-3  # (the default now)
     for name in da:
         if name == "wall_s":
             continue
@@ -349,16 +387,25 @@ def test_bad_pair_options_exit_2(tmp_path, capsys, opt, value):
         NBodyRun(load_config(str(ini)), None, t_end=0.25, **{key: float(value)})
 
 
-def test_restart_refuses_other_pair_settings(tmp_path, capsys):
+def test_restart_refuses_other_pair_dt_and_takes_a_new_pair_gamma(tmp_path, capsys):
+    """``--pair-dt`` defines the run; ``--pair-gamma`` (a numerical threshold) may change on
+    restart: the run goes on with it, and the files' attribute says so."""
+    import h5py
+
     from cmc.cli import main
 
     ini = tmp_path / "p.ini"
     ini.write_text(INI)
     out = tmp_path / "o"
     assert main(["nbody", str(ini), "-o", str(out), "--t-end", "0.25", "--pair-gamma",
-                 "0"]) == 0
+                 "0", "--pair-dt", str(2.0 ** -12)]) == 0
     capsys.readouterr()
+    assert main(["nbody", "--restart", str(out), "--t-end", "0.5", "--pair-dt",
+                 str(2.0 ** -13)]) == 2
+    assert "--pair-dt" in capsys.readouterr().err
     assert main(["nbody", "--restart", str(out), "--t-end", "0.5", "--pair-gamma",
-                 "1e-5"]) == 2
-    assert "--pair-gamma" in capsys.readouterr().err
-    assert main(["nbody", "--restart", str(out), "--t-end", "0.5", "--pair-gamma", "0"]) == 0
+                 "-1"]) == 2
+    assert main(["nbody", "--restart", str(out), "--t-end", "0.5", "--pair-gamma",
+                 "1e-4"]) == 0
+    with h5py.File(out / "checkpoint.h5", "r") as f:
+        assert f["nbody"].attrs["pair_gamma"] == 1e-4
