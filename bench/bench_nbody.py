@@ -13,7 +13,10 @@
   nbody`` builds it (close pairs on) over 1 N-body time unit, orders 4 and 6, 1 and 2
   threads: particle steps per second, particle steps per star per time unit and wall ns
   per pair interaction (``NBodyState.n_pairs``; the prediction and corrector included).
-* GPU: no GPU force kernel exists yet; the line says so.
+* GPU (:mod:`physics.nbody_gpu`, ``cmc nbody --forces gpu``), where a CUDA device and CuPy are
+  present: the same force evaluations through :class:`physics.nbody_gpu.DeviceForces`
+  (transfers included), pairs per second and the largest relative difference from the CPU
+  kernel's forces; otherwise the line says what is missing.
 * Time to collapse of N = 2000 on two cores: an ESTIMATE only (the run takes hours), from the
   measured ns per pair and steps per star per time unit to 16 t_rh0 (t_rh0 in N-body units as
   ``cmc nbody`` computes it), beside :func:`cmc.nbody.estimated_seconds`, and the command
@@ -126,6 +129,44 @@ def measure_kernels(ns=NS_FULL, threads=(1, 2), repeats: int = 3, seed: int = 1)
     return rows
 
 
+def measure_gpu_kernels(ns=NS_FULL, repeats: int = 3, seed: int = 1) -> list[dict] | str:
+    """The force evaluations of :func:`measure_kernels` on the GPU (``DeviceForces("gpu")``,
+    transfers included), or the one line saying why not."""
+    from physics.nbody_gpu import DeviceForces
+    from physics.nbody_kernels import acc_jerk_parallel, acc_jerk_snap_parallel
+    from physics.orbits_gpu import BackendUnavailable
+
+    try:
+        dev = DeviceForces("gpu")
+    except BackendUnavailable as exc:
+        return f"not measured here: {exc}"
+    rows = []
+    rng = np.random.default_rng(seed)
+    for n in ns:
+        m, pos, vel = plummer(n, seed)
+        everyone = np.arange(n, dtype=np.int64)
+        acc, _, _ = acc_jerk_parallel(pos, vel, m, everyone, 0.0)
+        block = np.sort(rng.choice(n, max(1, int(round(n * BLOCK_FRACTION))),
+                                   replace=False)).astype(np.int64)
+        for order in (4, 6):
+            inputs = (pos, vel, m) if order == 4 else (pos, vel, acc, m)
+            cpu_kernel = acc_jerk_parallel if order == 4 else acc_jerk_snap_parallel
+            for name, active in (("all", everyone), ("1/16", block)):
+                want = cpu_kernel(*inputs, active, 0.0)
+                got = dev(cpu_kernel, inputs, active, 0.0)  # compiled and warm
+                rel = max(float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
+                          for g, w in zip(got, want))
+                s, _ = _best(lambda a=active, i=inputs, k=cpu_kernel: dev(k, i, a, 0.0),
+                             repeats)
+                pairs = active.size * (n - 1)
+                rows.append({"N": n, "order": order, "active": name,
+                             "n_active": int(active.size), "best_s": s, "pairs": pairs,
+                             "pairs_per_s": pairs / s, "ns_per_pair_wall": 1e9 * s / pairs,
+                             "max_rel_diff_vs_cpu": rel, "device": dev.device})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def measure_integrator(n: int = 1000, t_end: float = 1.0, orders=(4, 6), threads=(1, 2),
                        seed: int = 1) -> list[dict]:
     """:func:`physics.nbody.evolve` of ``cmc nbody``'s model over ``t_end`` N-body units
@@ -231,7 +272,17 @@ def tables(rec: dict) -> str:
                      f"{r['steps_per_s']:.3g} | {r['steps_per_star_per_unit']:.0f} | "
                      f"{r['ns_per_pair_wall']:.1f} | {r['ns_per_pair_per_core']:.1f} | "
                      f"{r['ns_per_pair_cpu']:.1f} |")
-    lines += ["", f"GPU: {rec['gpu']}."]
+    if isinstance(rec["gpu"], str):
+        lines += ["", f"GPU: {rec['gpu']}."]
+    else:
+        lines += ["", f"GPU ({rec['gpu'][0]['device']}; `DeviceForces`, transfers included; "
+                  "difference: the largest over the outputs of |GPU - CPU| / max |CPU|):", "",
+                  "| N | order | active | best (ms) | pairs/s | ns/pair | difference |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in rec["gpu"]:
+            lines.append(f"| {r['N']} | {r['order']} | {r['active']} ({r['n_active']}) | "
+                         f"{1e3 * r['best_s']:.2f} | {r['pairs_per_s']:.3g} | "
+                         f"{r['ns_per_pair_wall']:.3f} | {r['max_rel_diff_vs_cpu']:.1e} |")
     c = rec["collapse_estimate"]
     lines += ["", f"Time to collapse of N = {c['N']} on two cores -- an ESTIMATE, not measured: "
               f"{c['t_trh']:g} t_rh0 = {c['t_end_nb']:.0f} N-body units (t_rh0 = "
@@ -281,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
            "note": f"{args.note} (1-min load average {load0:.1f} at the start, "
                    f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores)",
            "kernels": kernels, "integrator": integ,
-           "gpu": "no kernel yet (no GPU force kernel for the direct N-body mode)",
+           "gpu": measure_gpu_kernels(NS_QUICK if args.quick else NS_FULL, args.repeats),
            "collapse_estimate": collapse_estimate(integ)}
     print(f"\nDirect N-body on {rec['machine']}, {rec['made']}, {rec['commit']}: {rec['note']}\n")
     print(tables(rec))

@@ -364,7 +364,7 @@ def cmd_nbody(args) -> int:
     (:mod:`cmc.nbody`); numba threads, and under ``mpiexec`` every rank a share of each
     block's forces (:mod:`parallel.nbody_forces`: the same bits).  ``cmc nbody --restart
     OUTDIR``: continue it from OUTDIR/checkpoint.h5."""
-    from cmc.nbody import CHECKPOINT, DT_OUT, NBodyRun, resume
+    from cmc.nbody import CHECKPOINT, DT_OUT, NBodyRun, resume, use_forces
     from cmc.rundir import RunLock
 
     comm = _world()
@@ -414,13 +414,18 @@ def cmd_nbody(args) -> int:
             (outdir / "diagnostics.h5").unlink(missing_ok=True)
             (outdir / CHECKPOINT).unlink(missing_ok=True)
             (outdir / "config.ini").write_text(cfg.to_ini())
+        try:
+            forces = use_forces(run, args.forces)
+        except InputError as exc:
+            exc.collective = True
+            raise
         setup_logging(comm.Get_rank(), str(outdir / "cmc.log"))
         log.info("cmc nbody %s: N = %d, from t = %.6g to %.6g N-body units (%.4g t_rh0), "
                  "outputs every %g, Hermite order %d, eta = %g, close pairs: pair_gamma = %g, "
-                 "pair_dt = %g, %d rank(s); output in %s",
+                 "pair_dt = %g, %d rank(s), forces on %s; output in %s",
                  f"--restart {outdir}" if args.restart else args.config, run.n0, run.nb.time,
                  run.t_end, run.t_end / run.t_rh0_nb, run.dt_out, run.nb.order, run.nb.eta,
-                 run.nb.pair_gamma, run.nb.pair_dt, comm.Get_size(), outdir)
+                 run.nb.pair_gamma, run.nb.pair_dt, comm.Get_size(), forces, outdir)
         run.outdir = outdir
         reason = run.run()
     finally:
@@ -615,6 +620,10 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--pair-dt", type=float, metavar="D",
                     help="step at or below which a star may form a close pair, a power of "
                     "two (default dt-out / 2^12)")
+    nb.add_argument("--forces", choices=("cpu", "gpu", "gpu-sim"),
+                    help="where the block forces are summed: cpu (default; numba threads, MPI "
+                    "ranks), gpu (CUDA device, the gpu extra), gpu-sim (its kernel in numba's "
+                    "CUDA simulator; slow, for checks); may change on --restart")
     nb.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a parameter (repeatable)")
     nb.add_argument("--overwrite", action="store_true",

@@ -699,6 +699,25 @@ def read_checkpoint(path: Path) -> dict:
     return ck
 
 
+def use_forces(run: NBodyRun, backend: str | None) -> str:
+    """Compute ``run``'s block forces on ``backend`` (``cpu``, ``gpu``, ``gpu-sim``;
+    :mod:`physics.nbody_gpu`); returns a one-line description.  The GPU back ends take one
+    process (``InputError`` under MPI or when the device is missing)."""
+    if backend in (None, "cpu"):
+        return "cpu (numba)"
+    from physics.nbody_gpu import DeviceForces
+    from physics.orbits_gpu import BackendUnavailable
+
+    if run.comm.Get_size() > 1:
+        raise InputError(f"--forces {backend}: one process (the GPU takes the whole block); "
+                         "MPI splits the block over CPU ranks")
+    try:
+        run.nb.force_map = DeviceForces(backend)
+    except BackendUnavailable as exc:
+        raise InputError(f"--forces {backend}: {exc}") from None
+    return f"{backend} ({run.nb.force_map.device})"
+
+
 def _check_pair_options(pair_gamma: float | None, pair_dt: float | None,
                         dt_out: float) -> None:
     """``--pair-gamma`` (>= 0, finite; 0: off) and ``--pair-dt`` (a power of two, at most

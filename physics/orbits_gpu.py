@@ -174,8 +174,11 @@ def device_name() -> str:
 # ---------------------------------------------------------------------------
 # the same source compiled for the device
 # ---------------------------------------------------------------------------
-def device_functions(device_jit, overrides: dict | None = None) -> dict[str, object]:
-    """Compile the functions of :data:`DEVICE_FUNCTIONS` again with ``device_jit``.
+def device_functions(device_jit, overrides: dict | None = None,
+                     functions: dict[str, tuple[str, ...]] | None = None
+                     ) -> dict[str, object]:
+    """Compile the functions of ``functions`` (default :data:`DEVICE_FUNCTIONS`) again with
+    ``device_jit``.
 
     Each function's Python source (its numba dispatcher's ``py_func``) is rebound to a copy
     of its module's namespace in which every name of :data:`DEVICE_FUNCTIONS` refers to the
@@ -189,15 +192,18 @@ def device_functions(device_jit, overrides: dict | None = None) -> dict[str, obj
     overrides : dict, optional
         Names to bind to something else in every namespace (the simulator's stand-in for the
         LLVM intrinsic ``_float_bits``).
+    functions : dict, optional
+        Module -> names, callees first (:mod:`physics.nbody_gpu` compiles its own).
 
     Returns
     -------
     dict
         Name -> compiled function.
     """
-    spaces = {mod: dict(vars(importlib.import_module(mod))) for mod in DEVICE_FUNCTIONS}
+    functions = DEVICE_FUNCTIONS if functions is None else functions
+    spaces = {mod: dict(vars(importlib.import_module(mod))) for mod in functions}
     compiled: dict[str, object] = dict(overrides or {})
-    for mod, names in DEVICE_FUNCTIONS.items():
+    for mod, names in functions.items():
         module = importlib.import_module(mod)
         for name in names:
             py = getattr(module, name).py_func
