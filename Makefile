@@ -17,7 +17,7 @@ TEST_ENV := NUMBA_THREADING_LAYER=$${NUMBA_THREADING_LAYER:-workqueue} OMP_NUM_T
 EXTRAS := mpi,mpich,dev,cosmic
 CONSTRAINTS := constraints.txt
 
-.PHONY: install lock run test test-serial test-mpi bench scaling compute-scaling validate validate-fewbody validate-se-cluster validate-young-dense lint clean
+.PHONY: validate-nbody install lock run test test-serial test-mpi bench scaling compute-scaling validate validate-fewbody validate-se-cluster validate-young-dense lint clean
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,20 @@ validate: install validate-fewbody
 
 validate-fewbody: install
 	$(PY) bench/validate_fewbody.py
+
+# Issue 50's comparison (docs/validation_nbody.md): the equal-mass Plummer N = 1000 model by four
+# Monte Carlo seeds (minutes each) and by direct N-body, seed 1, 6th order, to 30 t_rh0 (hours
+# on two cores; continued from its checkpoint when there is one), then cmc compare.
+validate-nbody: install
+	mkdir -p runs/nb1000
+	for s in 1 2 3 4; do [ -f runs/nb1000/mc_s$$s/diagnostics.h5 ] || $(BIN)/cmc run \
+	  examples/nbody_compare.ini -o runs/nb1000/mc_s$$s --set initial.seed=$$s \
+	  --set run.t_max=40 --set run.n_core_stop=-1 --set binaries.three_body=all; done
+	if [ -f runs/nb1000/nb_s1/checkpoint.h5 ]; then $(BIN)/cmc nbody --restart runs/nb1000/nb_s1 \
+	  --t-end 592; else $(BIN)/cmc nbody examples/nbody_compare.ini -o runs/nb1000/nb_s1 \
+	  --order 6 --t-end 592; fi
+	$(BIN)/cmc compare runs/nb1000/mc_s1 runs/nb1000/mc_s2 runs/nb1000/mc_s3 runs/nb1000/mc_s4 \
+	  runs/nb1000/nb_s1 -o docs/validation_nbody_N1000
 
 # Issue 48's cluster of evolving stars (examples/king_se.ini) to 2 Gyr: about 10 hours on one
 # core; run (or continued from its checkpoint) in runs/ (BSE writes fort.99 there), then the
