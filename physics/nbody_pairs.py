@@ -51,7 +51,14 @@ import numpy as np
 
 from physics.fewbody_kepler import kepler_propagate
 from physics.nbody_kernels import quantise_down
-from physics.nbody_perturbed import perturbed_kepler, select_perturbers, substeps
+from physics.nbody_perturbed import (
+    approach_step,
+    max_perturbation,
+    orbit_apocentre,
+    perturbed_kepler,
+    select_perturbers,
+    substeps,
+)
 
 __all__ = ["HYSTERESIS", "PAIR_DT_LEVELS", "PAIR_GAMMA", "anchor_pairs", "default_pair_dt",
            "expand",
@@ -150,9 +157,10 @@ def expand(state, pos: np.ndarray, vel: np.ndarray,
 
 def perturbation(pos: np.ndarray, mass: np.ndarray, skip, xc: np.ndarray, mpair: float,
                  apo: float) -> float:
-    """Largest tidal perturbation ``2 m_k apo^3 / (mpair d_k^3)`` of the bodies ``k`` (rows of
-    ``pos``, ``mass``, except the rows in ``skip``) on a pair of mass ``mpair`` and apocentre
-    ``apo`` centred at ``xc`` (the form of :func:`physics.fewbody_classify.tidal_perturbation`
+    """Numpy twin of :func:`physics.nbody_perturbed.max_perturbation`: the largest tidal
+    perturbation ``2 m_k apo^3 / (mpair d_k^3)`` of the bodies ``k`` (rows of ``pos``,
+    ``mass``, except the rows in ``skip``) on a pair of mass ``mpair`` and apocentre ``apo``
+    centred at ``xc`` (the form of :func:`physics.fewbody_classify.tidal_perturbation`
     for equal masses, normalised by the pair's mass); infinite when a body is within ``apo``."""
     d2 = np.einsum("ic,ic->i", pos - xc, pos - xc)
     keep = np.ones(d2.size, dtype=bool)
@@ -167,16 +175,10 @@ def perturbation(pos: np.ndarray, mass: np.ndarray, skip, xc: np.ndarray, mpair:
 
 def _orbit(r: np.ndarray, w: np.ndarray, mu: float) -> tuple[float, float]:
     """Energy per unit reduced mass and apocentre ``a (1 + e)`` of a relative orbit
-    (apocentre infinite when unbound)."""
-    rn = math.sqrt(float(r @ r))
-    w2 = float(w @ w)
-    en = 0.5 * w2 - mu / rn
-    if en >= 0.0:
-        return en, math.inf
-    a = -0.5 * mu / en
-    h = np.cross(r, w)
-    e = math.sqrt(max(0.0, 1.0 - float(h @ h) / (mu * a)))
-    return en, a * (1.0 + e)
+    (apocentre infinite when unbound; :func:`physics.nbody_perturbed.orbit_apocentre`)."""
+    en, apo = orbit_apocentre(np.ascontiguousarray(r, dtype=np.float64),
+                              np.ascontiguousarray(w, dtype=np.float64), float(mu))
+    return float(en), float(apo)
 
 
 def _first_step(state, acc: np.ndarray, jerk: np.ndarray, tnow: float) -> np.ndarray:
@@ -234,7 +236,7 @@ def update_pairs(state, tnow: float, active: np.ndarray, force) -> bool:
             continue
         mpair = float(st.mass[row])
         _, apo = _orbit(*_relative_at(st, k, tnow), mpair)
-        if perturbation(P, st.mass, (row,), P[row], mpair, apo) > HYSTERESIS * st.pair_gamma:
+        if max_perturbation(P, st.mass, row, -1, P[row], mpair, apo) > HYSTERESIS * st.pair_gamma:
             resolve.append(k)
     form = []
     if st.eps2 == 0.0:
@@ -253,7 +255,7 @@ def update_pairs(state, tnow: float, active: np.ndarray, force) -> bool:
             if en >= 0.0:
                 continue
             xc = (mi * P[i] + mj * P[j]) / (mi + mj)
-            if perturbation(P, st.mass, (int(i), j), xc, mi + mj, apo) >= st.pair_gamma:
+            if max_perturbation(P, st.mass, int(i), j, xc, mi + mj, apo) >= st.pair_gamma:
                 continue
             used.update((int(i), j))
             form.append((int(st.ids[min(i, j)]), int(st.ids[max(i, j)])))
@@ -364,24 +366,7 @@ def _limit_steps(st, tnow: float, P: np.ndarray, V: np.ndarray) -> None:
         near, _ = select_perturbers(P, V, st.mass, row, apo, h)
         if near.size:
             h = min(h, float(st.dt[near].min()))
-        if h <= st.pair_dt:
-            st.dt[row] = h
-            continue
-        r = np.delete(P - P[row], row, axis=0)
-        w = np.delete(V - V[row], row, axis=0)
-        mk = np.delete(st.mass, row)
-        if mk.size == 0:
-            continue
-        rw = np.einsum("ic,ic->i", r, w)
-        w2 = np.einsum("ic,ic->i", w, w)
-        while h > st.pair_dt:
-            # the nearest point of each straight path within [0, h]
-            tau = np.clip(-rw / np.where(w2 > 0.0, w2, 1.0), 0.0, h)
-            d2 = np.einsum("ic,ic->i", r + tau[:, None] * w, r + tau[:, None] * w)
-            if float(np.max(2.0 * mk * apo ** 3 / (mpair * d2 * np.sqrt(d2)))) <= limit:
-                break
-            h *= 0.5
-        st.dt[row] = h
+        st.dt[row] = approach_step(P, V, st.mass, row, apo, h, st.pair_dt, limit)
 
 
 _BODY = ("mass", "pos", "vel", "acc", "jerk", "snap", "crackle", "t", "dt", "ids",

@@ -53,8 +53,10 @@ from numba import njit
 
 from physics.fewbody_kepler import kepler_propagate, kepler_propagate_hyperbolic
 
-__all__ = ["KICKS_PER_ORBIT", "KICKS_PER_PASSAGE", "PERTURBER_GAMMA", "perturbed_kepler",
-           "perturbed_kepler_reference", "select_perturbers", "substeps"]
+__all__ = ["KICKS_PER_ORBIT", "KICKS_PER_PASSAGE", "PERTURBER_GAMMA", "approach_step",
+           "max_perturbation", "orbit_apocentre", "perturbed_kepler",
+           "perturbed_kepler_reference", "select_perturbers", "select_perturbers_reference",
+           "substeps"]
 
 #: Bodies perturbing a pair by less than this are left out of its tide (NBODY's GMIN for
 #: the perturbers of a KS pair is 1e-6; 1e-7 keeps the neglected tide below the resolving
@@ -201,10 +203,10 @@ def perturbed_kepler_reference(r, w, mi, mj, t0, t1, nsub, tc, cm, tk, pk, mk, d
         drift(h if s < nsub - 1 else 0.5 * h)
 
 
-def select_perturbers(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, row: int,
-                      apo: float, span: float) -> tuple[np.ndarray, float]:
+@njit(cache=True, error_model="numpy")
+def select_perturbers(pos, vel, mass, row, apo, span):
     """The perturbers of the pair whose centre of mass is body ``row``, and the shortest
-    passage time among them.
+    passage time among them (compiled; :func:`select_perturbers_reference` is its twin).
 
     Parameters
     ----------
@@ -225,6 +227,36 @@ def select_perturbers(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, row: i
     passage : float
         The smallest ``d_k / |v_k - v_cm|`` among them (``inf`` when none).
     """
+    n = pos.shape[0]
+    lo, hi = (span, 0.0) if span < 0.0 else (0.0, span)
+    apo3 = apo ** 3
+    keep = np.zeros(n, dtype=np.bool_)
+    passage = np.inf
+    for k in range(n):
+        if k == row:
+            continue
+        dx = pos[k, 0] - pos[row, 0]
+        dy = pos[k, 1] - pos[row, 1]
+        dz = pos[k, 2] - pos[row, 2]
+        ux = vel[k, 0] - vel[row, 0]
+        uy = vel[k, 1] - vel[row, 1]
+        uz = vel[k, 2] - vel[row, 2]
+        u2 = ux * ux + uy * uy + uz * uz
+        tau = -(dx * ux + dy * uy + dz * uz) / (u2 if u2 > 0.0 else 1.0)
+        tau = min(max(tau, lo), hi)
+        mx = dx + tau * ux
+        my = dy + tau * uy
+        mz = dz + tau * uz
+        d2 = mx * mx + my * my + mz * mz
+        if 2.0 * mass[k] * apo3 / (mass[row] * d2 * np.sqrt(d2)) >= PERTURBER_GAMMA:
+            keep[k] = True
+            passage = min(passage, np.sqrt(dx * dx + dy * dy + dz * dz) / np.sqrt(u2))
+    return np.flatnonzero(keep), passage
+
+
+def select_perturbers_reference(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, row: int,
+                                apo: float, span: float) -> tuple[np.ndarray, float]:
+    """Numpy twin of :func:`select_perturbers`."""
     d = pos - pos[row]
     u = vel - vel[row]
     du = np.einsum("ic,ic->i", d, u)
@@ -245,6 +277,75 @@ def select_perturbers(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, row: i
     with np.errstate(divide="ignore"):
         passage = np.sqrt(np.einsum("ic,ic->i", d[rows], d[rows])) / speed
     return rows, float(passage.min())
+
+
+@njit(cache=True, error_model="numpy")
+def max_perturbation(pos, mass, skip1, skip2, xc, mpair, apo):
+    """Largest tidal perturbation ``2 m_k apo^3 / (mpair d_k^3)`` of the bodies (rows of
+    ``pos``, ``mass`` other than ``skip1``, ``skip2``) on a pair of mass ``mpair`` and apocentre
+    ``apo`` centred at ``xc``; infinite when a body is within ``apo``, 0 when there is none
+    (compiled twin of :func:`physics.nbody_pairs.perturbation`)."""
+    worst = 0.0
+    apo2 = apo * apo
+    for k in range(pos.shape[0]):
+        if k == skip1 or k == skip2:
+            continue
+        dx = pos[k, 0] - xc[0]
+        dy = pos[k, 1] - xc[1]
+        dz = pos[k, 2] - xc[2]
+        d2 = dx * dx + dy * dy + dz * dz
+        if d2 <= apo2:
+            return np.inf
+        worst = max(worst, 2.0 * mass[k] * apo ** 3 / (mpair * d2 * np.sqrt(d2)))
+    return worst
+
+
+@njit(cache=True, error_model="numpy")
+def approach_step(pos, vel, mass, row, apo, h, h_min, limit):
+    """The step of the pair's body ``row`` halved (not below ``h_min``) while some body, on a
+    straight line from ``pos``, ``vel`` relative to it, would perturb the pair (apocentre
+    ``apo``) above ``limit`` within the step."""
+    mpair = mass[row]
+    apo3 = apo ** 3
+    while h > h_min:
+        worst = 0.0
+        for k in range(pos.shape[0]):
+            if k == row:
+                continue
+            rx = pos[k, 0] - pos[row, 0]
+            ry = pos[k, 1] - pos[row, 1]
+            rz = pos[k, 2] - pos[row, 2]
+            wx = vel[k, 0] - vel[row, 0]
+            wy = vel[k, 1] - vel[row, 1]
+            wz = vel[k, 2] - vel[row, 2]
+            w2 = wx * wx + wy * wy + wz * wz
+            tau = -(rx * wx + ry * wy + rz * wz) / (w2 if w2 > 0.0 else 1.0)
+            tau = min(max(tau, 0.0), h)
+            mx = rx + tau * wx
+            my = ry + tau * wy
+            mz = rz + tau * wz
+            d2 = mx * mx + my * my + mz * mz
+            worst = max(worst, 2.0 * mass[k] * apo3 / (mpair * d2 * np.sqrt(d2)))
+        if worst <= limit:
+            break
+        h *= 0.5
+    return h
+
+
+@njit(cache=True)
+def orbit_apocentre(r, w, mu):
+    """Energy per unit reduced mass and apocentre ``a (1 + e)`` of a relative orbit
+    (apocentre infinite when unbound)."""
+    rn = np.sqrt(r[0] * r[0] + r[1] * r[1] + r[2] * r[2])
+    en = 0.5 * (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]) - mu / rn
+    if en >= 0.0:
+        return en, np.inf
+    a = -0.5 * mu / en
+    hx = r[1] * w[2] - r[2] * w[1]
+    hy = r[2] * w[0] - r[0] * w[2]
+    hz = r[0] * w[1] - r[1] * w[0]
+    e = np.sqrt(max(0.0, 1.0 - (hx * hx + hy * hy + hz * hz) / (mu * a)))
+    return en, a * (1.0 + e)
 
 
 def substeps(r: np.ndarray, w: np.ndarray, mu: float, span: float, passage: float) -> int:

@@ -134,3 +134,36 @@ def test_substeps():
     assert substeps(r, w, 1.0, 10 * period, math.inf) == 640
     assert substeps(r, w, 1.0, period, 0.5 * period) == 64
     assert substeps(r, w, 1.0, period, 0.1 * period) == 320
+
+
+def test_compiled_selections_equal_their_twins():
+    from physics.nbody_pairs import perturbation
+    from physics.nbody_perturbed import (
+        approach_step,
+        max_perturbation,
+        select_perturbers_reference,
+    )
+
+    rng = np.random.default_rng(11)
+    pos = rng.normal(size=(300, 3))
+    vel = rng.normal(size=(300, 3))
+    mass = rng.uniform(0.5, 1.5, 300) / 300
+    vel[7] = vel[3]  # a body at rest relative to the pair
+    sizes = []
+    for apo, span in ((1e-3, 0.05), (1e-2, -0.2), (3e-1, 0.5), (math.inf, 0.1)):
+        rows, passage = select_perturbers(pos, vel, mass, 3, apo, span)
+        want_rows, want_passage = select_perturbers_reference(pos, vel, mass, 3, apo, span)
+        assert np.array_equal(rows, want_rows)
+        assert passage == pytest.approx(want_passage, rel=1e-14)
+        sizes.append(rows.size)
+        for skip in ((3,), (3, 9)):
+            got = max_perturbation(pos, mass, skip[0], skip[-1], pos[3], 2 * mass[3], apo)
+            want = perturbation(pos, mass, skip, pos[3], 2 * mass[3], apo)
+            assert got == pytest.approx(want, rel=1e-14)
+    assert sizes == [0, 103, 299, 299]  # none, some, all (the last: unbound)
+    # the approach limit: halved while a body would come within reach of the limit
+    h = approach_step(pos, vel, mass, 3, 1e-2, 0.125, 2.0 ** -15, 1.2e-5)
+    assert h == 2.0 ** -7  # the nearest body (gamma 1.16e-5 now) within reach of 1.2e-5
+    assert approach_step(pos, vel, mass, 3, 1e-2, h, 2.0 ** -15, 1.2e-5) == h
+    assert approach_step(pos, vel, mass, 3, 1e-2, 2 * h, 2.0 ** -15, 1.2e-5) == h
+    assert approach_step(pos, vel, mass, 3, 1e-2, 0.125, 0.125, 1.2e-5) == 0.125  # floor
