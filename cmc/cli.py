@@ -615,7 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "--order 4, Aarseth's; 0.4 for --order 6, Nitadori & Makino's)")
     nb.add_argument("--pair-gamma", type=float, metavar="G",
                     help="tidal perturbation below which a bound close pair is carried as a "
-                    "Kepler orbit under its perturbers' tide (default 1e-3; 0: no close-pair "
+                    "Kepler orbit under its perturbers' tide (default 1e-4; 0: no close-pair "
                     "treatment; may change on --restart)")
     nb.add_argument("--pair-dt", type=float, metavar="D",
                     help="step at or below which a star may form a close pair, a power of "

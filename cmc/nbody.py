@@ -61,7 +61,7 @@ continues bit for bit.
 Close pairs
 -----------
 A bound pair of stars with steps at or below ``--pair-dt`` (default ``dt_out / 2^12``) and a
-tidal perturbation below ``--pair-gamma`` (default 1e-3; 0 switches the treatment off) is
+tidal perturbation below ``--pair-gamma`` (default 1e-4; 0 switches the treatment off) is
 carried as a Kepler orbit about its centre of mass under the tide of its perturbers, which
 feel its reaction (:mod:`physics.nbody_pairs`, :mod:`physics.nbody_perturbed`), until the
 perturbation exceeds twice that.  Settings as attributes ``pair_dt``, ``pair_gamma``

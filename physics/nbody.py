@@ -274,7 +274,7 @@ class NBodyState:
             Tidal perturbation below which a bound close pair is carried as a Kepler orbit
             under its perturbers' tide (:mod:`physics.nbody_perturbed`); 0 (the default
             here: the integrator as it was, bit for bit) switches the treatment off; ``cmc
-            nbody`` uses :data:`physics.nbody_pairs.PAIR_GAMMA` (1e-3).
+            nbody`` uses :data:`physics.nbody_pairs.PAIR_GAMMA` (1e-4).
             No pair is formed with softening (``eps > 0``).
         """
         mass = np.array(mass, dtype=np.float64).reshape(-1)

@@ -70,12 +70,13 @@ __all__ = ["HYSTERESIS", "PAIR_DT_LEVELS", "PAIR_GAMMA", "anchor_pairs", "defaul
 #: binaries (periods of order 100 such steps) get there.
 PAIR_DT_LEVELS = 12
 #: Default tidal perturbation below which a bound close pair is carried as a Kepler orbit
-#: under its perturbers' tide (physics.nbody_perturbed): 1e-3.  The three-body flyby of
-#: tests/test_nbody_fewbody.py at 1e-3 against the pairs-off run: a, e, the single's velocity,
-#: energy and angular momentum within 3.5e-5 (of |E_b|, L_b), in 15 % of the steps; the
-#: neglected octupole and the tide of the bodies below PERTURBER_GAMMA are far smaller.
-#: (Before the tide was applied, pairs were unperturbed Kepler orbits and this was 1e-5.)
-PAIR_GAMMA = 1e-3
+#: under its perturbers' tide (physics.nbody_perturbed): 1e-4.  The post-collapse core of the
+#: N = 1000 Plummer run (4 time units from its checkpoint at 16.4 t_rh0, docs/method.md):
+#: |dE| 4e-7 in 37 s at 1e-4, 4e-6 in 41 s at 1e-3, 8e-7 in 113 s at 1e-5.  The three-body
+#: flyby of tests/test_nbody_fewbody.py against the pairs-off run: within 3.5e-5 (a, e, the
+#: single's velocity, energy and angular momentum) at 1e-3, 2.5e-6 at 1e-4.  (Before the tide
+#: was applied, pairs were unperturbed Kepler orbits and this was 1e-5.)
+PAIR_GAMMA = 1e-4
 #: A pair is resolved when its perturbation exceeds ``HYSTERESIS x pair_gamma``.
 HYSTERESIS = 2.0
 _EMPTY_INT = np.zeros(0, dtype=np.int64)

@@ -310,7 +310,7 @@ def test_restart_with_a_pair_is_the_uninterrupted_run(tmp_path, order):
     db, ab = read_diagnostics(sdir / "diagnostics.h5")
     assert sorted(da) == sorted(db) and ab["stop_reason"] == "max_time"
     assert da["nb_pairs"][-1] == 1 and da["nb_pairs_formed"][-1] >= 1
-    assert aa["pair_gamma"] == 1e-3 and aa["pair_dt"] == 2.0 ** -15
+    assert aa["pair_gamma"] == 1e-4 and aa["pair_dt"] == 2.0 ** -15
     assert np.max(np.abs(da["dE_rel"])) < 1e-5
     for name in da:
         if name != "wall_s":
@@ -354,7 +354,7 @@ def test_checkpoint_without_pair_data_restarts(tmp_path):
     assert main(["nbody", "--restart", str(out), "--t-end", "1"]) == 0
     da, _ = read_diagnostics(tmp_path / "whole" / "diagnostics.h5")
     db, ab = read_diagnostics(out / "diagnostics.h5")
-    assert ab["pair_gamma"] == 1e-3  # (the default now)
+    assert ab["pair_gamma"] == 1e-4  # (the default now)
     for name in da:
         if name == "wall_s":
             continue
