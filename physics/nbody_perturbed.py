@@ -203,6 +203,25 @@ def perturbed_kepler_reference(r, w, mi, mj, t0, t1, nsub, tc, cm, tk, pk, mk, d
         drift(h if s < nsub - 1 else 0.5 * h)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _closest_approach(pos, vel, row, k, lo, hi):
+    """Body ``k`` on a straight line relative to body ``row`` over times ``[lo, hi]``: its
+    closest squared distance, its squared distance now and its squared relative speed."""
+    dx = pos[k, 0] - pos[row, 0]
+    dy = pos[k, 1] - pos[row, 1]
+    dz = pos[k, 2] - pos[row, 2]
+    ux = vel[k, 0] - vel[row, 0]
+    uy = vel[k, 1] - vel[row, 1]
+    uz = vel[k, 2] - vel[row, 2]
+    u2 = ux * ux + uy * uy + uz * uz
+    tau = -(dx * ux + dy * uy + dz * uz) / (u2 if u2 > 0.0 else 1.0)
+    tau = min(max(tau, lo), hi)
+    mx = dx + tau * ux
+    my = dy + tau * uy
+    mz = dz + tau * uz
+    return mx * mx + my * my + mz * mz, dx * dx + dy * dy + dz * dz, u2
+
+
 @njit(cache=True, error_model="numpy")
 def select_perturbers(pos, vel, mass, row, apo, span):
     """The perturbers of the pair whose centre of mass is body ``row``, and the shortest
@@ -235,22 +254,10 @@ def select_perturbers(pos, vel, mass, row, apo, span):
     for k in range(n):
         if k == row:
             continue
-        dx = pos[k, 0] - pos[row, 0]
-        dy = pos[k, 1] - pos[row, 1]
-        dz = pos[k, 2] - pos[row, 2]
-        ux = vel[k, 0] - vel[row, 0]
-        uy = vel[k, 1] - vel[row, 1]
-        uz = vel[k, 2] - vel[row, 2]
-        u2 = ux * ux + uy * uy + uz * uz
-        tau = -(dx * ux + dy * uy + dz * uz) / (u2 if u2 > 0.0 else 1.0)
-        tau = min(max(tau, lo), hi)
-        mx = dx + tau * ux
-        my = dy + tau * uy
-        mz = dz + tau * uz
-        d2 = mx * mx + my * my + mz * mz
+        d2, d02, u2 = _closest_approach(pos, vel, row, k, lo, hi)
         if 2.0 * mass[k] * apo3 / (mass[row] * d2 * np.sqrt(d2)) >= PERTURBER_GAMMA:
             keep[k] = True
-            passage = min(passage, np.sqrt(dx * dx + dy * dy + dz * dz) / np.sqrt(u2))
+            passage = min(passage, np.sqrt(d02) / np.sqrt(u2))
     return np.flatnonzero(keep), passage
 
 
@@ -312,19 +319,7 @@ def approach_step(pos, vel, mass, row, apo, h, h_min, limit):
         for k in range(pos.shape[0]):
             if k == row:
                 continue
-            rx = pos[k, 0] - pos[row, 0]
-            ry = pos[k, 1] - pos[row, 1]
-            rz = pos[k, 2] - pos[row, 2]
-            wx = vel[k, 0] - vel[row, 0]
-            wy = vel[k, 1] - vel[row, 1]
-            wz = vel[k, 2] - vel[row, 2]
-            w2 = wx * wx + wy * wy + wz * wz
-            tau = -(rx * wx + ry * wy + rz * wz) / (w2 if w2 > 0.0 else 1.0)
-            tau = min(max(tau, 0.0), h)
-            mx = rx + tau * wx
-            my = ry + tau * wy
-            mz = rz + tau * wz
-            d2 = mx * mx + my * my + mz * mz
+            d2, _, _ = _closest_approach(pos, vel, row, k, 0.0, h)
             worst = max(worst, 2.0 * mass[k] * apo3 / (mpair * d2 * np.sqrt(d2)))
         if worst <= limit:
             break

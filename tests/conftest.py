@@ -38,3 +38,27 @@ def _drop_cmc_log_handlers():
     for h in list(logger.handlers):
         logger.removeHandler(h)
         h.close()
+
+
+def njit_callees(roots: list[tuple[str, str]]) -> dict[str, set[str]]:
+    """Every numba function the ``(module, name)`` roots reach through calls, itself
+    included: name -> the numba functions it calls (the GPU kernels' device-function tables
+    must list all of them, tests/test_orbits_gpu.py, tests/test_nbody_gpu.py)."""
+    import importlib
+
+    from numba.core.registry import CPUDispatcher
+
+    calls: dict[str, set[str]] = {}
+    todo = list(roots)
+    while todo:
+        mod, name = todo.pop()
+        if name in calls:
+            continue
+        module = importlib.import_module(mod)
+        calls[name] = set()
+        for ref in getattr(module, name).py_func.__code__.co_names:
+            obj = getattr(module, ref, None)
+            if isinstance(obj, CPUDispatcher):
+                calls[name].add(ref)
+                todo.append((obj.py_func.__module__, ref))
+    return calls

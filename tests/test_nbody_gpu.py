@@ -8,8 +8,6 @@ numba CPU kernel's bit for bit, and so must a whole integration that takes them.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 from test_nbody import _plummer_3d  # (pytest puts tests/ on the path)
@@ -17,6 +15,7 @@ from test_nbody import _plummer_3d  # (pytest puts tests/ on the path)
 from physics.nbody import NBodyState, evolve, predicted
 from physics.nbody_gpu import NBODY_DEVICE_FUNCTIONS, DeviceForces
 from physics.nbody_kernels import acc_jerk_serial, acc_jerk_snap_serial
+from tests.conftest import njit_callees
 
 
 @pytest.fixture(scope="module")
@@ -26,24 +25,12 @@ def sim_forces():
 
 def test_device_functions_reach_no_cpu_kernel():
     """Every numba function the per-particle force calls is compiled again for the device."""
-    from numba.core.registry import CPUDispatcher
-
     listed = {name for names in NBODY_DEVICE_FUNCTIONS.values() for name in names}
-    seen = set()
-    todo = [("physics.nbody_kernels", "_acc_jerk_one"),
-            ("physics.nbody_kernels", "_acc_jerk_snap_one")]
-    while todo:
-        mod, name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        module = importlib.import_module(mod)
-        for ref in getattr(module, name).py_func.__code__.co_names:
-            obj = getattr(module, ref, None)
-            if isinstance(obj, CPUDispatcher):
-                assert ref in listed, f"{name} calls {ref}, not compiled for the device"
-                todo.append((obj.py_func.__module__, ref))
-    assert seen == listed
+    calls = njit_callees([("physics.nbody_kernels", "_acc_jerk_one"),
+                          ("physics.nbody_kernels", "_acc_jerk_snap_one")])
+    for name, callees in calls.items():
+        assert callees <= listed, f"{name} calls {callees - listed}, not compiled for the device"
+    assert set(calls) == listed
 
 
 @pytest.mark.parametrize("eps2", [0.0, 1e-4])

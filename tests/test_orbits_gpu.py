@@ -9,7 +9,6 @@ device's FMA contraction is estimated by compiling the same source for the CPU w
 
 from __future__ import annotations
 
-import importlib
 import logging
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from physics.orbits_gpu import (
     ulp_distance,
 )
 from physics.potential import compute_potential
-from tests.conftest import rng_states
+from tests.conftest import njit_callees, rng_states
 
 
 @pytest.fixture(scope="module")
@@ -50,24 +49,11 @@ def _inputs(st, n, vr_scale=1.0):
 def test_device_functions_reach_no_cpu_kernel():
     """Every numba function that _orbit_block calls, directly or not, is compiled again for
     the device (none is left calling CPU code)."""
-    from numba.core.registry import CPUDispatcher
-
     listed = {name for names in DEVICE_FUNCTIONS.values() for name in names}
-    seen = set()
-    todo = [("physics.orbits", "_orbit_block")]
-    while todo:
-        mod, name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        module = importlib.import_module(mod)
-        code = getattr(module, name).py_func.__code__
-        for ref in code.co_names:
-            obj = getattr(module, ref, None)
-            if isinstance(obj, CPUDispatcher):
-                assert ref in listed, f"{name} calls {ref}, not compiled for the device"
-                todo.append((obj.py_func.__module__, ref))
-    assert seen == listed
+    calls = njit_callees([("physics.orbits", "_orbit_block")])
+    for name, callees in calls.items():
+        assert callees <= listed, f"{name} calls {callees - listed}, not compiled for the device"
+    assert set(calls) == listed
 
 
 @pytest.mark.parametrize("r_tidal", [0.0, 3.0])
