@@ -10,6 +10,7 @@ mass, by exact Kepler drifts with tidal kicks from the pair's perturbers
 (:mod:`physics.nbody_perturbed`; the perturbers get the pair's reaction back).  With no
 perturber above :data:`physics.nbody_perturbed.PERTURBER_GAMMA` the step is one Kepler
 drift (:func:`physics.fewbody_kepler.kepler_propagate`, Lagrange f and g).
+
 Units: N-body units, G = 1, as :mod:`physics.nbody`.
 
 Criteria
@@ -61,8 +62,7 @@ from physics.nbody_perturbed import (
 )
 
 __all__ = ["HYSTERESIS", "PAIR_DT_LEVELS", "PAIR_GAMMA", "anchor_pairs", "default_pair_dt",
-           "expand",
-           "init_pairs", "perturbation", "update_pairs"]
+           "expand", "init_pairs", "perturbation", "update_pairs"]
 
 #: Default ``pair_dt = dt_max / 2^PAIR_DT_LEVELS``: with dt_max = 1/8 (the default output
 #: interval) 2^-15 = 3.1e-5 N-body units, some 10^5 times shorter than a crossing time and
