@@ -77,8 +77,10 @@ Under ``mpiexec -n P`` every rank holds the whole system and computes a share of
 block's forces (:class:`parallel.nbody_forces.SplitForces`, one Allgatherv): the same bits as
 one process.  Rank 0 writes the files and logs; its clock and signals decide when to stop.
 
-Not yet: regularised perturbed pairs and multiples, primordial binaries, stellar evolution,
-tidal fields, snapshots, a GPU kernel.
+GPU: ``--forces gpu`` / ``gpu-sim`` (:func:`use_forces`, :mod:`physics.nbody_gpu`).
+
+Not yet: regularised multiples (triples, a binary in a close encounter), primordial binaries,
+stellar evolution, tidal fields, snapshots.
 """
 
 from __future__ import annotations
