@@ -77,10 +77,10 @@ Under ``mpiexec -n P`` every rank holds the whole system and computes a share of
 block's forces (:class:`parallel.nbody_forces.SplitForces`, one Allgatherv): the same bits as
 one process.  Rank 0 writes the files and logs; its clock and signals decide when to stop.
 
-GPU: ``--forces gpu`` / ``gpu-sim`` (:func:`use_forces`, :mod:`physics.nbody_gpu`).
-
-Not yet: regularised multiples (triples, a binary in a close encounter), primordial binaries,
-stellar evolution, tidal fields, snapshots.
+GPU: ``--forces gpu`` / ``gpu-sim`` (:func:`use_forces`, :mod:`physics.nbody_gpu`).  Tides:
+``tidal.mode = shrinking`` is Hill's field of the Monte Carlo run's orbit (:mod:`physics.
+nbody_tidal`; E_tot is Jacobi's energy; escape beyond 2 r_J).  Not yet: regularised multiples,
+primordial binaries, stellar evolution, a fixed tidal radius, snapshots.
 """
 
 from __future__ import annotations
@@ -113,6 +113,9 @@ STEPS_PER_UNIT = 200.0
 HARD_KT = 1.0
 #: A star with positive energy beyond this many half-mass radii is an escaper.
 ESCAPE_RADIUS_RH = 20.0
+#: In a galactic tide a star escapes beyond this many Jacobi radii of the bound mass from the
+#: density centre (NBODY's 2 r_t; then that replaces the energy test).
+TIDAL_ESCAPE_RJ = 2.0
 #: Neighbours of the 3-D Casertano-Hut density (the J of Casertano & Hut 1985).
 CH_J = 6
 #: Default output interval [N-body time units] (the integrator's largest step).
@@ -127,7 +130,8 @@ STATE_SCALARS = ("time", "eps2", "eta", "eta_s", "dt_max", "dt_min", "order", "n
 #: The close pairs' arrays and scalars (:mod:`physics.nbody_pairs`); a checkpoint without
 #: them (the format before close pairs) restarts with no pairs and the default settings.
 PAIR_ARRAYS = ("ids", "star_mass", "pair_i", "pair_j", "pair_r", "pair_w", "pair_t0")
-PAIR_SCALARS = ("pair_dt", "pair_gamma", "n_pair_formed", "n_pair_resolved", "n_pair_kicks")
+PAIR_SCALARS = ("pair_dt", "pair_gamma", "n_pair_formed", "n_pair_resolved", "n_pair_kicks",
+                "omega")  # (and the tide's orbital frequency, physics.nbody_tidal)
 #: NBodyRun's scalars that a checkpoint holds (group ``run``; arrays ``escaped``, ``centre``).
 RUN_SCALARS = ("step", "e0", "wall", "t_end", "dt_out", "t_rh0", "n0", "diag_rows")
 
@@ -135,7 +139,7 @@ RUN_SCALARS = ("step", "e0", "wall", "t_end", "dt_out", "t_rh0", "n0", "diag_row
 NBODY_UNITS = {"centre": "r_vir", "r_c_3d": "r_vir", "rho_c_3d": "M0 r_vir^-3",
                "N_core_3d": "objects", "nb_steps": "particle steps",
                "wall_s": "s", "nb_pairs_formed": "pairs", "nb_pairs_resolved": "pairs",
-               "nb_pairs": "pairs", "nb_pair_kicks": "kicks"}
+               "nb_pairs": "pairs", "nb_pair_kicks": "kicks", "E_tidal_field": "E0"}
 NBODY_MEANINGS = {
     "centre": "centre the radii are measured from: the model's origin at t = 0, then the "
               "density centre of the bound stars (Casertano & Hut 1985, 6th neighbour)",
@@ -149,6 +153,9 @@ NBODY_MEANINGS = {
     "nb_pairs_resolved": "close pairs put back as two stars (perturbation above twice "
                          "pair_gamma) since the start",
     "nb_pairs": "close pairs carried as Kepler orbits now",
+    "E_tidal_field": "the galactic tide's potential energy of the bound stars, sum m (-3/2 "
+                     "Omega^2 x^2 + 1/2 Omega^2 z^2) (physics.nbody_tidal; part of E_bound "
+                     "and E_tot, which are Jacobi's energy; 0 isolated)",
     "nb_pair_kicks": "tidal kicks given to the close pairs' relative orbits since the start "
                      "(physics.nbody_perturbed: each sums over the pair's perturbers)",
     "E_binding": "internal energy -m1 m2 / 2a of the hard binaries (|E_b| >= kT) found by the "
@@ -183,9 +190,10 @@ def check_supported(cfg: Config) -> None:
     if cfg.bse.stellar_evolution:
         raise InputError("bse.stellar_evolution = true: cmc nbody has no stellar evolution; "
                          "set it to false")
-    if cfg.tidal.mode != "isolated":
-        raise InputError(f"tidal.mode = {cfg.tidal.mode}: cmc nbody runs isolated clusters "
-                         "only (no external tidal field yet); set tidal.mode = isolated")
+    if cfg.tidal.mode == "fixed":
+        raise InputError("tidal.mode = fixed: cmc nbody has the galactic tide of a circular "
+                         "orbit (tidal.mode = shrinking: r_J shrinks as M^(1/3)), not a fixed "
+                         "tidal radius; set tidal.mode = shrinking or isolated")
 
 
 def check_size(n: int, t_end: float | None, key: str = "initial.n") -> None:
@@ -296,7 +304,7 @@ class NBodyRun:
         self.n0 = n
         m = np.asarray(stars["m"], dtype=np.float64)
         mtot = float(np.sum(m))
-        unit_mass, length_pc, _ = physical_scale(cfg, info, mtot)
+        unit_mass, length_pc, r_t0 = physical_scale(cfg, info, mtot)
         self.units = Units(unit_mass, length_pc, n, cfg.run.gamma)
         self.lnl0 = math.log(cfg.run.gamma * n)
         self.unit_nb = n / self.lnl0  # t_NB per t_rel
@@ -311,9 +319,12 @@ class NBodyRun:
         self.dt_out = float(dt_out)
         pos, vel = place_stars(stars, cfg.initial.seed)
         from physics.nbody_pairs import PAIR_GAMMA
+        from physics.nbody_tidal import hill_omega
 
+        # the galactic tide (tidal.mode = shrinking): r_t0 the Jacobi radius of the mass
+        omega = hill_omega(r_t0, mtot) if cfg.tidal.mode == "shrinking" else 0.0
         self.nb = NBodyState.create(m, pos, vel, eps=eps, eta=eta, dt_max=self.dt_out,
-                                    order=order, pair_dt=pair_dt,
+                                    order=order, pair_dt=pair_dt, omega=omega,
                                     pair_gamma=PAIR_GAMMA if pair_gamma is None else pair_gamma)
         if comm.Get_size() > 1:  # each rank a share of every large block's forces
             from parallel.nbody_forces import SplitForces
@@ -350,6 +361,7 @@ class NBodyRun:
         )
         from physics.nbody import acc_jerk, predicted
         from physics.nbody_kernels import energy_kernel
+        from physics.nbody_tidal import jacobi_radius, tidal_energy
         from physics.structure import core_properties, lagrange_mean_masses, lagrange_radii
 
         st = self.nb
@@ -360,7 +372,7 @@ class NBodyRun:
         v2 = np.einsum("ic,ic->i", vel, vel)
         k_all = 0.5 * float(m @ v2)
         w_all = 0.5 * float(m @ pot)
-        e_tot = k_all + w_all
+        e_tot = k_all + w_all + tidal_energy(pos, m, st.omega)
         if self.step == 0:
             self.e0 = e_tot
         bound = ~self.escaped
@@ -382,6 +394,9 @@ class NBodyRun:
         e_esc, r_esc = escape_energies(found, np.flatnonzero(bound), e_star, rad, m, pos, vel,
                                        pot, v_cm, self.centre, st.eps2)
         new = bound & (e_esc > 0.0) & (r_esc > ESCAPE_RADIUS_RH * r_h)
+        if st.omega:  # in the tide: beyond twice the Jacobi radius of the bound mass
+            r_j = jacobi_radius(float(np.sum(m[bound])), st.omega)
+            new = bound & (rad > TIDAL_ESCAPE_RJ * r_j)
         time_rel = t / self.unit_nb
         self.escaper_rows = escaper_rows(
             new, ids, m, pos, vel, pot, self.centre, v_cm, self.step, time_rel,
@@ -412,12 +427,15 @@ class NBodyRun:
         k_t = 2.0 * k / (3.0 * max(int(rb.size), 1))
         binaries = binaries.select(binaries.E_b <= -HARD_KT * k_t)
         n_esc = int(np.count_nonzero(self.escaped))
+        e_tide = tidal_energy(pos[bound], m[bound], st.omega)
         return {
             "step": self.step, "time": time_rel, "time_nb": t,
             "time_myr": t * self.units.time_nb_myr, "time_trh": time_rel / self.t_rh0,
             "dt": self.dt_out / self.unit_nb if self.step else 0.0,
-            "N": int(rb.size), "M": float(mcum[-1]), "K": k, "W": w, "E_bound": k + w,
-            "E_escaped": e_tot - k - w, "E_tot": e_tot,
+            "N": int(rb.size), "M": float(mcum[-1]), "K": k, "W": w,
+            "E_bound": k + w + e_tide, "E_escaped": e_tot - k - w - e_tide, "E_tot": e_tot,
+            "E_tidal_field": e_tide,
+            "r_tidal": jacobi_radius(float(mcum[-1]), st.omega) if st.omega else 0.0,
             "dE_rel": (e_tot - self.e0) / abs(self.e0),
             "M_escaped": float(np.sum(m[self.escaped])), "N_escaped": n_esc,
             "r_h": r_h, "r_c": float(r_c), "rho_c": float(rho_c), "N_core": float(n_core),
@@ -467,7 +485,8 @@ class NBodyRun:
                                  f"{self.step}, not {self.step + 1}: it does not belong to "
                                  f"{self.outdir / CHECKPOINT}")
             history = data
-            for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs", "nb_pair_kicks"):
+            for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs", "nb_pair_kicks",
+                         "r_tidal", "E_tidal_field"):
                 # a run begun before close pairs were treated had none
                 history.setdefault(name, np.zeros(rows, dtype=np.int64))
             for name in ("N_binaries", "binary_fraction", "binary_fraction_core", "E_binding"):

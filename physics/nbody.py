@@ -75,6 +75,7 @@ from physics.nbody_kernels import (
     quantise_down,
 )
 from physics.nbody_pairs import default_pair_dt, expand, init_pairs, update_pairs
+from physics.nbody_tidal import add_hill_field
 
 __all__ = [
     "NBodyState",
@@ -101,6 +102,8 @@ ETA4 = 0.02
 ETA6 = 0.4
 #: Default ``eta`` by order.
 ETA_DEFAULT = {4: ETA4, 6: ETA6}
+#: (no snap rows: the 4th order's force)
+_NO_SNAP = np.zeros((0, 3))
 
 
 def acc_jerk(pos, vel, mass, active=None, eps2=0.0):
@@ -206,6 +209,9 @@ class NBodyState:
     n_pair_resolved: int = 0
     #: tidal kicks given to the pairs' relative orbits (physics.nbody_perturbed)
     n_pair_kicks: int = 0
+    #: orbital frequency of the galactic tide in Hill's approximation (physics.nbody_tidal);
+    #: 0: isolated
+    omega: float = 0.0
     ids: np.ndarray = field(default=None, repr=False)
     star_mass: np.ndarray = field(default=None, repr=False)
     pair_i: np.ndarray = field(default=None, repr=False)
@@ -242,7 +248,7 @@ class NBodyState:
     @classmethod
     def create(cls, mass, pos, vel, *, eps=0.0, eta=None, eta_s=0.01, dt_max=0.125,
                dt_min=2.0 ** -40, time=0.0, order=4, pair_dt=None,
-               pair_gamma=0.0) -> NBodyState:
+               pair_gamma=0.0, omega=0.0) -> NBodyState:
         """Initial state: forces of all particles at ``time``, first steps ``eta_s |a|/|j|``.
 
         Parameters
@@ -276,6 +282,9 @@ class NBodyState:
             here: the integrator as it was, bit for bit) switches the treatment off; ``cmc
             nbody`` uses :data:`physics.nbody_pairs.PAIR_GAMMA` (1e-4).
             No pair is formed with softening (``eps > 0``).
+        omega : float
+            Orbital frequency of a galactic tide (:mod:`physics.nbody_tidal`; the frame
+            rotates with the orbit); 0: isolated.
         """
         mass = np.array(mass, dtype=np.float64).reshape(-1)
         n = mass.size
@@ -305,10 +314,16 @@ class NBodyState:
             raise ValueError(f"pair_dt = {pair_dt!r} must lie in [dt_min, dt_max]")
         if not (pair_gamma >= 0.0 and math.isfinite(pair_gamma)):
             raise ValueError(f"pair_gamma must be >= 0 and finite, got {pair_gamma!r}")
+        if not (omega >= 0.0 and math.isfinite(omega)):
+            raise ValueError(f"omega must be >= 0 and finite, got {omega!r}")
         acc, jerk, _ = acc_jerk(pos, vel, mass, None, eps * eps)
         snap = np.zeros((n, 3))
+        if omega:
+            add_hill_field(pos, vel, acc, jerk, _NO_SNAP, float(omega))
         if order == 6:  # a second pass with the accelerations of the first for the snap
             acc, jerk, snap, _ = acc_jerk_snap(pos, vel, acc, mass, None, eps * eps)
+            if omega:
+                add_hill_field(pos, vel, acc, jerk, snap, float(omega))
         amod = np.sqrt(np.einsum("ic,ic->i", acc, acc))
         jmod = np.sqrt(np.einsum("ic,ic->i", jerk, jerk))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -324,7 +339,7 @@ class NBodyState:
                     crackle=np.zeros((n, 3)), t=np.full(n, float(time)), dt=dt,
                     time=float(time), eps2=float(eps) ** 2, eta=float(eta),
                     eta_s=float(eta_s), dt_max=dt_max, dt_min=dt_min, order=int(order),
-                    pair_dt=pair_dt, pair_gamma=float(pair_gamma))
+                    pair_dt=pair_dt, pair_gamma=float(pair_gamma), omega=float(omega))
         init_pairs(state)
         state.n_pairs = n * (n - 1) * (2 if order == 6 else 1)
         state._ppos = np.empty((n, 3))
@@ -347,6 +362,9 @@ def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
         kernel = acc_jerk_snap_parallel if parallel else acc_jerk_snap_serial
         anew, jnew, snew, _ = forces(kernel, (state._ppos, state._pvel, state._pacc,
                                               state.mass), active, state.eps2)
+        if state.omega:
+            add_hill_field(state._ppos[active], state._pvel[active], anew, jnew, snew,
+                           state.omega)
         bad = correct_block6(active, tnow, anew, jnew, snew, state.pos, state.vel, state.acc,
                              state.jerk, state.snap, state.crackle, state.t, state.dt,
                              state.eta, state.dt_max, state.dt_min)
@@ -356,6 +374,9 @@ def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
         kernel = acc_jerk_parallel if parallel else acc_jerk_serial
         anew, jnew, _ = forces(kernel, (state._ppos, state._pvel, state.mass), active,
                                state.eps2)
+        if state.omega:
+            add_hill_field(state._ppos[active], state._pvel[active], anew, jnew, _NO_SNAP,
+                           state.omega)
         bad = correct_block(active, tnow, state._ppos, state._pvel, anew, jnew, state.pos,
                             state.vel, state.acc, state.jerk, state.snap, state.crackle,
                             state.t, state.dt, state.eta, state.dt_max, state.dt_min)
@@ -389,11 +410,15 @@ def _fresh_forces(state: NBodyState):
     jerk and (order 6: a second pass with the accelerations of the first) snap of ``rows``."""
     def force(pos, vel, acc, rows):
         a, j, _ = acc_jerk(pos, vel, state.mass, rows, state.eps2)
+        if state.omega:
+            add_hill_field(pos[rows], vel[rows], a, j, _NO_SNAP, state.omega)
         if state.order != 6:
             return a, j, np.zeros_like(a)
         acc = acc.copy()
         acc[rows] = a
         a, j, s, _ = acc_jerk_snap(pos, vel, acc, state.mass, rows, state.eps2)
+        if state.omega:
+            add_hill_field(pos[rows], vel[rows], a, j, s, state.omega)
         return a, j, s
     return force
 
