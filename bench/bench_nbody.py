@@ -85,62 +85,12 @@ def _best(fn, repeats: int) -> tuple[float, float]:
     return best
 
 
-def measure_kernels(ns=NS_FULL, threads=(1, 2), repeats: int = 3, seed: int = 1) -> list[dict]:
-    """Best-of-``repeats`` time of one force evaluation per (N, order, block, threads)."""
-    import numba
-
+def _force_cases(ns, seed: int = 1):
+    """The force evaluations measured: per N (the Plummer model of ``cmc nbody``), order 4 and
+    6, every particle and a random block of :data:`BLOCK_FRACTION` of them active: yields
+    ``(n, order, name, active, inputs, cpu_kernel)`` (``cpu_kernel(*inputs, active, 0.0)``)."""
     from physics.nbody_kernels import acc_jerk_parallel, acc_jerk_snap_parallel
 
-    rows = []
-    keep = numba.get_num_threads()
-    rng = np.random.default_rng(seed)
-    try:
-        for n in ns:
-            m, pos, vel = plummer(n, seed)
-            everyone = np.arange(n, dtype=np.int64)
-            acc, _, _ = acc_jerk_parallel(pos, vel, m, everyone, 0.0)
-            block = np.sort(rng.choice(n, max(1, int(round(n * BLOCK_FRACTION))),
-                                       replace=False)).astype(np.int64)
-            for order in (4, 6):
-                for name, active in (("all", everyone), ("1/16", block)):
-                    if order == 4:
-                        def call(a=active, x=pos, v=vel, mm=m):
-                            acc_jerk_parallel(x, v, mm, a, 0.0)
-                    else:
-                        def call(a=active, x=pos, v=vel, ac=acc, mm=m):
-                            acc_jerk_snap_parallel(x, v, ac, mm, a, 0.0)
-                    for t in threads:
-                        numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
-                        call()  # compiled (cache) and warm
-                        reps = repeats if active.size * n < 1e8 else max(1, repeats - 1)
-                        s, cpu = _best(call, reps)
-                        pairs = active.size * (n - 1)
-                        rows.append({
-                            "N": n, "order": order, "active": name, "n_active": int(active.size),
-                            "threads": numba.get_num_threads(), "repeats": reps,
-                            "best_s": s, "cpu_s": cpu, "pairs": pairs, "pairs_per_s": pairs / s,
-                            "ns_per_pair_cpu": 1e9 * cpu / pairs,
-                            "pairs_per_s_per_core": pairs / s / numba.get_num_threads(),
-                            "ns_per_pair_per_core": 1e9 * s * numba.get_num_threads() / pairs,
-                            "ns_per_pair_wall": 1e9 * s / pairs})
-                        print(json.dumps(rows[-1]), flush=True)
-    finally:
-        numba.set_num_threads(keep)
-    return rows
-
-
-def measure_gpu_kernels(ns=NS_FULL, repeats: int = 3, seed: int = 1) -> list[dict] | str:
-    """The force evaluations of :func:`measure_kernels` on the GPU (``DeviceForces("gpu")``,
-    transfers included), or the one line saying why not."""
-    from physics.nbody_gpu import DeviceForces
-    from physics.nbody_kernels import acc_jerk_parallel, acc_jerk_snap_parallel
-    from physics.orbits_gpu import BackendUnavailable
-
-    try:
-        dev = DeviceForces("gpu")
-    except BackendUnavailable as exc:
-        return f"not measured here: {exc}"
-    rows = []
     rng = np.random.default_rng(seed)
     for n in ns:
         m, pos, vel = plummer(n, seed)
@@ -150,20 +100,63 @@ def measure_gpu_kernels(ns=NS_FULL, repeats: int = 3, seed: int = 1) -> list[dic
                                    replace=False)).astype(np.int64)
         for order in (4, 6):
             inputs = (pos, vel, m) if order == 4 else (pos, vel, acc, m)
-            cpu_kernel = acc_jerk_parallel if order == 4 else acc_jerk_snap_parallel
+            kernel = acc_jerk_parallel if order == 4 else acc_jerk_snap_parallel
             for name, active in (("all", everyone), ("1/16", block)):
-                want = cpu_kernel(*inputs, active, 0.0)
-                got = dev(cpu_kernel, inputs, active, 0.0)  # compiled and warm
-                rel = max(float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
-                          for g, w in zip(got, want))
-                s, _ = _best(lambda a=active, i=inputs, k=cpu_kernel: dev(k, i, a, 0.0),
-                             repeats)
+                yield n, order, name, active, inputs, kernel
+
+
+def measure_kernels(ns=NS_FULL, threads=(1, 2), repeats: int = 3, seed: int = 1) -> list[dict]:
+    """Best-of-``repeats`` time of one force evaluation per (N, order, block, threads)."""
+    import numba
+
+    rows = []
+    keep = numba.get_num_threads()
+    try:
+        for n, order, name, active, inputs, kernel in _force_cases(ns, seed):
+            def call(a=active, i=inputs, k=kernel):
+                k(*i, a, 0.0)
+            for t in threads:
+                numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
+                call()  # compiled (cache) and warm
+                reps = repeats if active.size * n < 1e8 else max(1, repeats - 1)
+                s, cpu = _best(call, reps)
                 pairs = active.size * (n - 1)
-                rows.append({"N": n, "order": order, "active": name,
-                             "n_active": int(active.size), "best_s": s, "pairs": pairs,
-                             "pairs_per_s": pairs / s, "ns_per_pair_wall": 1e9 * s / pairs,
-                             "max_rel_diff_vs_cpu": rel, "device": dev.device})
+                rows.append({
+                    "N": n, "order": order, "active": name, "n_active": int(active.size),
+                    "threads": numba.get_num_threads(), "repeats": reps,
+                    "best_s": s, "cpu_s": cpu, "pairs": pairs, "pairs_per_s": pairs / s,
+                    "ns_per_pair_cpu": 1e9 * cpu / pairs,
+                    "pairs_per_s_per_core": pairs / s / numba.get_num_threads(),
+                    "ns_per_pair_per_core": 1e9 * s * numba.get_num_threads() / pairs,
+                    "ns_per_pair_wall": 1e9 * s / pairs})
                 print(json.dumps(rows[-1]), flush=True)
+    finally:
+        numba.set_num_threads(keep)
+    return rows
+
+
+def measure_gpu_kernels(ns=NS_FULL, repeats: int = 3, seed: int = 1) -> list[dict] | str:
+    """The force evaluations of :func:`measure_kernels` on the GPU (``DeviceForces("gpu")``,
+    transfers included), or the one line saying why not."""
+    from physics.nbody_gpu import DeviceForces
+    from physics.orbits_gpu import BackendUnavailable
+
+    try:
+        dev = DeviceForces("gpu")
+    except BackendUnavailable as exc:
+        return f"not measured here: {exc}"
+    rows = []
+    for n, order, name, active, inputs, kernel in _force_cases(ns, seed):
+        want = kernel(*inputs, active, 0.0)
+        got = dev(kernel, inputs, active, 0.0)  # compiled and warm
+        rel = max(float(np.max(np.abs(g - w)) / np.max(np.abs(w))) for g, w in zip(got, want))
+        s, _ = _best(lambda a=active, i=inputs, k=kernel: dev(k, i, a, 0.0), repeats)
+        pairs = active.size * (n - 1)
+        rows.append({"N": n, "order": order, "active": name, "n_active": int(active.size),
+                     "best_s": s, "pairs": pairs, "pairs_per_s": pairs / s,
+                     "ns_per_pair_wall": 1e9 * s / pairs, "max_rel_diff_vs_cpu": rel,
+                     "device": dev.device})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 

@@ -391,12 +391,13 @@ class NBodyRun:
         # their mutual potential) and radius, by which a hard binary escapes whole (alone,
         # each member is held by its companion)
         found = find_binaries(pos[bound], vel[bound], m[bound], ids[bound], st.eps2)
-        e_esc, r_esc = escape_energies(found, np.flatnonzero(bound), e_star, rad, m, pos, vel,
-                                       pot, v_cm, self.centre, st.eps2)
-        new = bound & (e_esc > 0.0) & (r_esc > ESCAPE_RADIUS_RH * r_h)
         if st.omega:  # in the tide: beyond twice the Jacobi radius of the bound mass
-            r_j = jacobi_radius(float(np.sum(m[bound])), st.omega)
-            new = bound & (rad > TIDAL_ESCAPE_RJ * r_j)
+            new = bound & (rad > TIDAL_ESCAPE_RJ * jacobi_radius(float(np.sum(m[bound])),
+                                                                  st.omega))
+        else:
+            e_esc, r_esc = escape_energies(found, np.flatnonzero(bound), e_star, rad, m, pos,
+                                           vel, pot, v_cm, self.centre, st.eps2)
+            new = bound & (e_esc > 0.0) & (r_esc > ESCAPE_RADIUS_RH * r_h)
         time_rel = t / self.unit_nb
         self.escaper_rows = escaper_rows(
             new, ids, m, pos, vel, pot, self.centre, v_cm, self.step, time_rel,
@@ -485,10 +486,11 @@ class NBodyRun:
                                  f"{self.step}, not {self.step + 1}: it does not belong to "
                                  f"{self.outdir / CHECKPOINT}")
             history = data
-            for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs", "nb_pair_kicks",
-                         "r_tidal", "E_tidal_field"):
+            for name in ("nb_pairs_formed", "nb_pairs_resolved", "nb_pairs", "nb_pair_kicks"):
                 # a run begun before close pairs were treated had none
                 history.setdefault(name, np.zeros(rows, dtype=np.int64))
+            for name in ("r_tidal", "E_tidal_field"):  # (and was isolated)
+                history.setdefault(name, np.zeros(rows))
             for name in ("N_binaries", "binary_fraction", "binary_fraction_core", "E_binding"):
                 # a run begun before the binaries were counted: not known for its rows
                 history.setdefault(name, np.full(rows, np.nan))

@@ -50,12 +50,12 @@ import math
 
 import numpy as np
 
+from physics.fewbody_classify import _pair_orbit
 from physics.fewbody_kepler import kepler_propagate
 from physics.nbody_kernels import quantise_down
 from physics.nbody_perturbed import (
     approach_step,
     max_perturbation,
-    orbit_apocentre,
     perturbed_kepler,
     select_perturbers,
     substeps,
@@ -80,6 +80,7 @@ PAIR_GAMMA = 1e-4
 #: A pair is resolved when its perturbation exceeds ``HYSTERESIS x pair_gamma``.
 HYSTERESIS = 2.0
 _EMPTY_INT = np.zeros(0, dtype=np.int64)
+_ORIGIN = np.zeros(3)
 
 
 def default_pair_dt(dt_max: float) -> float:
@@ -174,12 +175,12 @@ def perturbation(pos: np.ndarray, mass: np.ndarray, skip, xc: np.ndarray, mpair:
     return float(np.max(2.0 * mass[keep] * apo ** 3 / (mpair * d2 * np.sqrt(d2))))
 
 
-def _orbit(r: np.ndarray, w: np.ndarray, mu: float) -> tuple[float, float]:
-    """Energy per unit reduced mass and apocentre ``a (1 + e)`` of a relative orbit
-    (apocentre infinite when unbound; :func:`physics.nbody_perturbed.orbit_apocentre`)."""
-    en, apo = orbit_apocentre(np.ascontiguousarray(r, dtype=np.float64),
-                              np.ascontiguousarray(w, dtype=np.float64), float(mu))
-    return float(en), float(apo)
+def _orbit(r: np.ndarray, w: np.ndarray, mu: float) -> float:
+    """Apocentre ``a (1 + e)`` of a relative orbit of total mass ``mu`` (infinite when
+    unbound): the few-body engine's :func:`physics.fewbody_classify._pair_orbit`."""
+    _, a, e, _, _ = _pair_orbit(_ORIGIN, _ORIGIN, float(mu), np.ascontiguousarray(r, float),
+                                np.ascontiguousarray(w, float), 0.0)
+    return float(a * (1.0 + e))
 
 
 def _first_step(state, acc: np.ndarray, jerk: np.ndarray, tnow: float) -> np.ndarray:
@@ -236,7 +237,7 @@ def update_pairs(state, tnow: float, active: np.ndarray, force) -> bool:
         if not is_active[row]:
             continue
         mpair = float(st.mass[row])
-        _, apo = _orbit(*_relative_at(st, k, tnow), mpair)
+        apo = _orbit(*_relative_at(st, k, tnow), mpair)
         if max_perturbation(P, st.mass, row, -1, P[row], mpair, apo) > HYSTERESIS * st.pair_gamma:
             resolve.append(k)
     form = []
@@ -252,8 +253,8 @@ def update_pairs(state, tnow: float, active: np.ndarray, force) -> bool:
                 continue
             mi, mj = float(st.mass[i]), float(st.mass[j])
             r, w = P[j] - P[i], V[j] - V[i]
-            en, apo = _orbit(r, w, mi + mj)
-            if en >= 0.0:
+            apo = _orbit(r, w, mi + mj)
+            if math.isinf(apo):  # unbound
                 continue
             xc = (mi * P[i] + mj * P[j]) / (mi + mj)
             if max_perturbation(P, st.mass, int(i), j, xc, mi + mj, apo) >= st.pair_gamma:
@@ -320,7 +321,7 @@ def _advance(st, k: int, row: int, tnow: float, P: np.ndarray, V: np.ndarray) ->
     span = tnow - float(st.pair_t0[k])
     mpair = float(st.mass[row])
     r, w = st.pair_r[k].copy(), st.pair_w[k].copy()
-    _, apo = _orbit(r, w, mpair)
+    apo = _orbit(r, w, mpair)
     rows, passage = select_perturbers(P, V, st.mass, row, apo, -span)
     nsub = substeps(r, w, mpair, span, passage) if rows.size else 0
     mi, mj = float(st.star_mass[st.pair_i[k]]), float(st.star_mass[st.pair_j[k]])
@@ -361,7 +362,7 @@ def _limit_steps(st, tnow: float, P: np.ndarray, V: np.ndarray) -> None:
         row = rows[k]
         h = st.dt[row]
         mpair = float(st.mass[row])
-        _, apo = _orbit(*_relative_at(st, k, tnow), mpair)
+        apo = _orbit(*_relative_at(st, k, tnow), mpair)
         # at most the shortest step of the perturbers: their polynomials are used within
         # about one of their steps in the tide of the next step (physics.nbody_perturbed)
         near, _ = select_perturbers(P, V, st.mass, row, apo, h)

@@ -54,7 +54,7 @@ from numba import njit
 from physics.fewbody_kepler import kepler_propagate, kepler_propagate_hyperbolic
 
 __all__ = ["KICKS_PER_ORBIT", "KICKS_PER_PASSAGE", "PERTURBER_GAMMA", "approach_step",
-           "max_perturbation", "orbit_apocentre", "perturbed_kepler",
+           "max_perturbation", "perturbed_kepler",
            "perturbed_kepler_reference", "select_perturbers", "select_perturbers_reference",
            "substeps"]
 
@@ -325,22 +325,6 @@ def approach_step(pos, vel, mass, row, apo, h, h_min, limit):
             break
         h *= 0.5
     return h
-
-
-@njit(cache=True)
-def orbit_apocentre(r, w, mu):
-    """Energy per unit reduced mass and apocentre ``a (1 + e)`` of a relative orbit
-    (apocentre infinite when unbound)."""
-    rn = np.sqrt(r[0] * r[0] + r[1] * r[1] + r[2] * r[2])
-    en = 0.5 * (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]) - mu / rn
-    if en >= 0.0:
-        return en, np.inf
-    a = -0.5 * mu / en
-    hx = r[1] * w[2] - r[2] * w[1]
-    hy = r[2] * w[0] - r[0] * w[2]
-    hz = r[0] * w[1] - r[1] * w[0]
-    e = np.sqrt(max(0.0, 1.0 - (hx * hx + hy * hy + hz * hz) / (mu * a)))
-    return en, a * (1.0 + e)
 
 
 def substeps(r: np.ndarray, w: np.ndarray, mu: float, span: float, passage: float) -> int:
