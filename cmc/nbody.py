@@ -95,6 +95,7 @@ import numpy as np
 
 from cmc.config import Config
 from cmc.errors import InputError
+from cmc.nbody_outputs import density_centre
 
 log = logging.getLogger("cmc.nbody")
 
@@ -116,8 +117,6 @@ ESCAPE_RADIUS_RH = 20.0
 #: In a galactic tide a star escapes beyond this many Jacobi radii of the bound mass from the
 #: density centre (NBODY's 2 r_t; then that replaces the energy test).
 TIDAL_ESCAPE_RJ = 2.0
-#: Neighbours of the 3-D Casertano-Hut density (the J of Casertano & Hut 1985).
-CH_J = 6
 #: Default output interval [N-body time units] (the integrator's largest step).
 DT_OUT = 0.125
 
@@ -233,26 +232,6 @@ def place_stars(stars: dict[str, np.ndarray], seed: int) -> tuple[np.ndarray, np
     vel = np.asarray(stars["vr"], dtype=np.float64)[:, None] * rhat \
         + np.asarray(stars["vt"], dtype=np.float64)[:, None] * tang
     return pos, vel
-
-
-def density_centre(pos: np.ndarray, mass: np.ndarray):
-    """3-D Casertano & Hut (1985): each star's density from its :data:`CH_J`-th neighbour
-    ``rho_i = 3 M_{J-1} / (4 pi d_J^3)`` (``M_{J-1}`` the mass of its J - 1 nearest
-    neighbours), the density centre ``x_d = sum rho_i x_i / sum rho_i``, core radius
-    ``sqrt(sum rho_i^2 |x_i - x_d|^2 / sum rho_i^2)``, core density
-    ``sum rho_i^2 / sum rho_i``.  Returns ``(x_d, r_c, rho_c)``."""
-    from scipy.spatial import cKDTree
-
-    n = mass.size
-    if n <= CH_J:
-        return pos.mean(axis=0) if n else np.zeros(3), math.nan, math.nan
-    d, idx = cKDTree(pos).query(pos, k=CH_J + 1)
-    m_in = mass[idx[:, 1:CH_J]].sum(axis=1)
-    rho = m_in / (4.0 / 3.0 * np.pi * d[:, CH_J] ** 3)
-    xd = rho @ pos / rho.sum()
-    rr = np.einsum("ic,ic->i", pos - xd, pos - xd)
-    r_c = math.sqrt(float(rho ** 2 @ rr / np.sum(rho ** 2)))
-    return xd, r_c, float(np.sum(rho ** 2) / np.sum(rho))
 
 
 class NBodyRun:

@@ -10,6 +10,8 @@ Functions of arrays only (no run object), so that :mod:`cmc.nbody` can call them
 * :func:`binary_columns`: the diagnostics columns ``N_binaries``, ``binary_fraction``,
   ``binary_fraction_core``, ``E_binding`` with the Monte Carlo run's names, units and meanings
   (:data:`cmc.diagnostics.DIAG_UNITS`, :data:`cmc.diagnostics.DIAG_MEANINGS`);
+* :func:`density_centre`: the 3-D Casertano & Hut (1985) density centre, core radius and
+  density;
 * :func:`escaper_rows`: the rows of the escaper table (``escapers.h5``, columns
   :func:`cmc.fields.escaper_columns`) of the stars that escaped at an output;
 * :func:`open_escapers`: ``escapers.h5`` through the project's appending writer
@@ -24,6 +26,7 @@ t_rel = t_NB N0 / ln(gamma N0) as the Monte Carlo run's.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -43,6 +46,8 @@ GAMMA_MAX = 0.25
 #: excepted): the strongest of them is the perturbation.
 N_PERTURBERS = 8
 
+#: Neighbours of the 3-D Casertano-Hut density (the J of Casertano & Hut 1985).
+CH_J = 6
 #: Columns of :func:`binary_columns`, as in the Monte Carlo run's diagnostics.
 BINARY_COLUMNS = ("N_binaries", "binary_fraction", "binary_fraction_core", "E_binding")
 
@@ -290,6 +295,26 @@ def binary_columns(binaries: Binaries, pos: np.ndarray, r_c: float, centre: np.n
     return {"N_binaries": float(k), "binary_fraction": k / max(n - k, 1),
             "binary_fraction_core": n_bin_core / max(n_core_objects, 1),
             "E_binding": float(np.sum(binaries.E_b))}
+
+
+def density_centre(pos: np.ndarray, mass: np.ndarray):
+    """3-D Casertano & Hut (1985): each star's density from its :data:`CH_J`-th neighbour
+    ``rho_i = 3 M_{J-1} / (4 pi d_J^3)`` (``M_{J-1}`` the mass of its J - 1 nearest
+    neighbours), the density centre ``x_d = sum rho_i x_i / sum rho_i``, core radius
+    ``sqrt(sum rho_i^2 |x_i - x_d|^2 / sum rho_i^2)``, core density
+    ``sum rho_i^2 / sum rho_i``.  Returns ``(x_d, r_c, rho_c)``."""
+    from scipy.spatial import cKDTree
+
+    n = mass.size
+    if n <= CH_J:
+        return pos.mean(axis=0) if n else np.zeros(3), math.nan, math.nan
+    d, idx = cKDTree(pos).query(pos, k=CH_J + 1)
+    m_in = mass[idx[:, 1:CH_J]].sum(axis=1)
+    rho = m_in / (4.0 / 3.0 * np.pi * d[:, CH_J] ** 3)
+    xd = rho @ pos / rho.sum()
+    rr = np.einsum("ic,ic->i", pos - xd, pos - xd)
+    r_c = math.sqrt(float(rho ** 2 @ rr / np.sum(rho ** 2)))
+    return xd, r_c, float(np.sum(rho ** 2) / np.sum(rho))
 
 
 def escaper_fields() -> tuple[Field, ...]:
