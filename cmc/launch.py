@@ -5,9 +5,10 @@
 :data:`_WORLD`, where :func:`cmc.cli.main` finds it to end every rank after an error; with one
 rank it checks that the launcher did not start several tasks that each see one
 (:func:`_check_launcher`).  :func:`_err` writes the one line ``cmc: error: ...`` of a failed
-command, and :func:`_warm_kernels` compiles the step's kernels on rank 0 before the other ranks
-load them.  :mod:`cmc.cli` and :mod:`cmc.sweep` (``cmc sweep``) both use them, which is why
-they live below both.
+command, :func:`_set_threads` the run's numba threads, :func:`_acquire` takes a run folder's
+lock, and :func:`_warm_kernels` compiles the step's kernels on rank 0 before the other ranks
+load them.  :mod:`cmc.cli`, :mod:`cmc.cli_nbody` and :mod:`cmc.sweep` (``cmc sweep``) use
+them, which is why they live below all three.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
-from cmc.errors import InputError
+from cmc.errors import InputError, is_not_writable, not_writable
 
 # the lines of cmc.cli they were (``kernels compiled``): log lines name their logger
 log = logging.getLogger("cmc.cli")
@@ -84,3 +86,22 @@ def _warm_kernels(comm) -> None:
                      WATCH.seconds - seconds)
             WATCH.end_episode()
     comm.Barrier()
+
+
+def _set_threads(cfg_threads: int, comm) -> None:
+    from parallel.comm import set_numba_threads
+    from parallel.memory import keep_freed_memory
+
+    set_numba_threads(cfg_threads, comm.Get_size())
+    keep_freed_memory()
+
+
+def _acquire(lock, outdir: Path) -> None:
+    """Take the run folder's lock; an unwritable folder or another error: one-line input
+    errors."""
+    try:
+        lock.acquire()
+    except OSError as exc:
+        if is_not_writable(exc):
+            raise not_writable(outdir, exc) from None
+        raise InputError(f"cannot use output directory {outdir}: {exc.strerror}") from None

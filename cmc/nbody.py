@@ -95,6 +95,17 @@ import numpy as np
 
 from cmc.config import Config
 from cmc.errors import InputError
+from cmc.nbody_checkpoint import (  # noqa: F401  (the checkpoint format, named here too)
+    CHECKPOINT,
+    PAIR_ARRAYS,
+    PAIR_SCALARS,
+    RUN_SCALARS,
+    STATE_ARRAYS,
+    STATE_SCALARS,
+    read_checkpoint,
+    restore,
+    write_checkpoint,
+)
 from cmc.nbody_outputs import density_centre
 
 log = logging.getLogger("cmc.nbody")
@@ -120,19 +131,6 @@ TIDAL_ESCAPE_RJ = 2.0
 #: Default output interval [N-body time units] (the integrator's largest step).
 DT_OUT = 0.125
 
-#: The checkpoint's name in the output folder.
-CHECKPOINT = "checkpoint.h5"
-#: NBodyState's arrays and scalars that a checkpoint holds.
-STATE_ARRAYS = ("mass", "pos", "vel", "acc", "jerk", "snap", "crackle", "t", "dt")
-STATE_SCALARS = ("time", "eps2", "eta", "eta_s", "dt_max", "dt_min", "order", "n_blocks",
-                 "n_steps", "n_pairs")
-#: The close pairs' arrays and scalars (:mod:`physics.nbody_pairs`); a checkpoint without
-#: them (the format before close pairs) restarts with no pairs and the default settings.
-PAIR_ARRAYS = ("ids", "star_mass", "pair_i", "pair_j", "pair_r", "pair_w", "pair_t0")
-PAIR_SCALARS = ("pair_dt", "pair_gamma", "n_pair_formed", "n_pair_resolved", "n_pair_kicks",
-                "omega")  # (and the tide's orbital frequency, physics.nbody_tidal)
-#: NBodyRun's scalars that a checkpoint holds (group ``run``; arrays ``escaped``, ``centre``).
-RUN_SCALARS = ("step", "e0", "wall", "t_end", "dt_out", "t_rh0", "n0", "diag_rows")
 
 #: Columns this mode adds to the Monte Carlo run's (units, meanings).
 NBODY_UNITS = {"centre": "r_vir", "r_c_3d": "r_vir", "rho_c_3d": "M0 r_vir^-3",
@@ -240,11 +238,12 @@ class NBodyRun:
     def __init__(self, cfg: Config, outdir: Path | None, *, t_end: float | None = None,
                  dt_out: float = DT_OUT, eta: float | None = None, eps: float = 0.0,
                  order: int = 4, pair_gamma: float | None = None,
-                 pair_dt: float | None = None, comm=None) -> None:
+                 pair_dt: float | None = None, eta_close: float | None = None,
+                 comm=None) -> None:
         from cmc.diagnostics import half_mass_relaxation_time
         from cmc.initial import build_initial_stars, physical_scale
         from cmc.units import Units
-        from physics.nbody import NBodyState
+        from physics.nbody import ETA_CLOSE, ETA_DEFAULT, NBodyState
         from physics.structure import lagrange_radii
 
         check_supported(cfg)
@@ -259,6 +258,8 @@ class NBodyRun:
         if t_end is not None and not (t_end > 0.0 and math.isfinite(t_end)):
             raise InputError(f"--t-end {t_end!r}: must be positive")
         _check_pair_options(pair_gamma, pair_dt, dt_out)
+        eta_close = ETA_CLOSE[order] if eta_close is None else eta_close
+        _check_eta_close(eta_close, ETA_DEFAULT[order] if eta is None else eta)
         self.cfg = cfg
         self.outdir = outdir
         if comm is None:
@@ -304,7 +305,8 @@ class NBodyRun:
         omega = hill_omega(r_t0, mtot) if cfg.tidal.mode == "shrinking" else 0.0
         self.nb = NBodyState.create(m, pos, vel, eps=eps, eta=eta, dt_max=self.dt_out,
                                     order=order, pair_dt=pair_dt, omega=omega,
-                                    pair_gamma=PAIR_GAMMA if pair_gamma is None else pair_gamma)
+                                    pair_gamma=PAIR_GAMMA if pair_gamma is None else pair_gamma,
+                                    eta_close=eta_close)
         if comm.Get_size() > 1:  # each rank a share of every large block's forces
             from parallel.nbody_forces import SplitForces
 
@@ -438,7 +440,7 @@ class NBodyRun:
                 "integrator": f"hermite{self.nb.order} block steps (physics.nbody)",
                 "order": self.nb.order, "eta": self.nb.eta, "eps": math.sqrt(self.nb.eps2),
                 "dt_out": self.dt_out, "pair_dt": self.nb.pair_dt,
-                "pair_gamma": self.nb.pair_gamma,
+                "pair_gamma": self.nb.pair_gamma, "eta_close": self.nb.eta_close,
                 "t_end_nb": self.t_end, "lagrange_fractions": self.fractions,
                 "stop_reason": "", "t_rh0": self.t_rh0, "t_rh0_nb": self.t_rh0_nb,
                 "n0": self.n0, "e0": self.e0, "m0": float(np.sum(self.nb.star_mass)),
@@ -571,134 +573,18 @@ class NBodyRun:
 
     # ------------------------------------------------------------------ checkpoints
     def write_checkpoint(self) -> None:
-        """``OUTDIR/checkpoint.h5``: everything needed to continue bit for bit, with the
-        config text and a sha256 content checksum; written to a temporary file, fsynced and
-        renamed over the previous one (:func:`cmc.io.atomic_h5`)."""
-        from cmc import io as cio
-
-        if not self.rank0:  # (every rank holds the same state)
-            return
-        path = self.outdir / CHECKPOINT
-        st = self.nb
-        cio.check_free_space(path, 8 * st.n_stars * 26 + 65536)
-        with cio.atomic_h5(path) as fh:
-            fh.attrs["mode"] = "nbody"
-            fh.attrs["config"] = self.cfg.to_ini()
-            g = fh.create_group("nbody")
-            for name in STATE_ARRAYS:
-                g.create_dataset(name, data=getattr(st, name))
-            for name in STATE_SCALARS:
-                g.attrs[name] = getattr(st, name)
-            for name in PAIR_ARRAYS:
-                g.create_dataset(name, data=getattr(st, name))
-            for name in PAIR_SCALARS:
-                g.attrs[name] = getattr(st, name)
-            r = fh.create_group("run")
-            r.create_dataset("escaped", data=self.escaped)
-            r.create_dataset("centre", data=self.centre)
-            for name, v in (("step", self.step), ("e0", self.e0), ("wall", self.wall),
-                            ("t_end", self.t_end), ("dt_out", self.dt_out),
-                            ("t_rh0", self.t_rh0), ("n0", self.n0),
-                            ("diag_rows", self.step + 1)):
-                r.attrs[name] = v
-            fh.flush()
-            fh.attrs["sha256"] = cio.content_digest(fh)
-        log.debug("checkpoint at output %d (t = %.6g t_NB)", self.step, st.time)
+        """``OUTDIR/checkpoint.h5`` (:func:`cmc.nbody_checkpoint.write_checkpoint`)."""
+        write_checkpoint(self)
 
     def restore(self, ck: dict) -> None:
         """Take the integrator and run state of a checkpoint (:func:`read_checkpoint`)."""
-        from physics.nbody import NBodyState
-        from physics.nbody_pairs import anchor_pairs, init_pairs
-
-        arrays, scalars, run = ck["nbody"], ck["nbody_attrs"], ck["run_attrs"]
-        star_mass = arrays.get("star_mass", arrays["mass"])
-        if not np.array_equal(star_mass, self.nb.star_mass) or run["n0"] != self.n0:
-            raise InputError(f"{ck['path']}: its stars are not the initial model's of its "
-                             "config (the model file changed?)")
-        st = NBodyState(**{k: np.array(arrays[k]) for k in STATE_ARRAYS},
-                        **{k: scalars[k] for k in STATE_SCALARS})
-        if "pair_i" in arrays:  # else: the format before close pairs, no pairs
-            for k in PAIR_ARRAYS:
-                setattr(st, k, np.array(arrays[k]))
-            st.ids, st.pair_i, st.pair_j = (np.array(x, dtype=np.int64)
-                                            for x in (st.ids, st.pair_i, st.pair_j))
-            st.pair_r, st.pair_w = st.pair_r.reshape(-1, 3), st.pair_w.reshape(-1, 3)
-        for k in PAIR_SCALARS:  # the settings this run was created with, when not stored
-            setattr(st, k, scalars.get(k, getattr(self.nb, k)))
-        st.pair_dt, st.pair_gamma = float(st.pair_dt), float(st.pair_gamma)
-        st.n_pair_formed, st.n_pair_resolved = int(st.n_pair_formed), int(st.n_pair_resolved)
-        st.n_pair_kicks = int(st.n_pair_kicks)
-        init_pairs(st)
-        anchor_pairs(st)
-        st.order = int(st.order)
-        for name in ("n_blocks", "n_steps", "n_pairs"):
-            setattr(st, name, int(getattr(st, name)))
-        for name in ("time", "eps2", "eta", "eta_s", "dt_max", "dt_min"):
-            setattr(st, name, float(getattr(st, name)))
-        st._ppos, st._pvel, st._pacc = (np.empty((st.n, 3)) for _ in range(3))
-        self.nb = st
-        self.escaped = np.array(ck["run"]["escaped"], dtype=bool)
-        self.centre = np.array(ck["run"]["centre"], dtype=np.float64)
-        self.step, self.e0, self.wall = int(run["step"]), float(run["e0"]), float(run["wall"])
-        self.t_end, self.dt_out = float(run["t_end"]), float(run["dt_out"])
+        restore(self, ck)
 
     def _progress(self, d: dict) -> None:
         log.info("output %d t=%.4f t_rh0 (%.4g t_NB, %.4g Myr) N=%d r_c=%.4g r_h=%.4g "
                  "N_core=%.1f r_c_3d=%.4g dE/E0=%.2e steps=%d pairs=%d", d["step"],
                  d["time_trh"], d["time_nb"], d["time_myr"], d["N"], d["r_c"], d["r_h"],
                  d["N_core"], d["r_c_3d"], d["dE_rel"], d["nb_steps"], d["nb_pairs"])
-
-
-def read_checkpoint(path: Path) -> dict:
-    """Verify and read an N-body checkpoint: a file that cannot be opened, of another
-    format or mode, whose checksum does not match its content, or with inconsistent arrays
-    raises a one-line :class:`InputError` naming it (exit 2, as ``cmc restart``)."""
-    import h5py
-
-    from cmc import io as cio
-
-    if not path.exists():
-        raise InputError(f"no checkpoint {path}")
-    try:
-        fh = h5py.File(path, "r")
-    except OSError as exc:
-        raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
-    with fh:
-        try:
-            mode = str(fh.attrs.get("mode", ""))
-            if mode != "nbody":
-                raise InputError(f"{path} is not a cmc nbody checkpoint (a cmc run one? "
-                                 "continue it with cmc restart)")
-            cio.verify_checksum(fh, path, ("nbody", "run"))
-            g = fh["nbody"]
-            ck = {"path": path, "config": str(fh.attrs["config"]),
-                  "nbody": {k: g[k][...] for k in STATE_ARRAYS + PAIR_ARRAYS
-                            if k in STATE_ARRAYS or k in g},
-                  "nbody_attrs": {k: g.attrs[k].item() for k in STATE_SCALARS + PAIR_SCALARS
-                                  if k in STATE_SCALARS or k in g.attrs},
-                  "run": {k: fh["run"][k][...] for k in ("escaped", "centre")},
-                  "run_attrs": {k: fh["run"].attrs[k].item() for k in RUN_SCALARS}}
-        except InputError:
-            raise
-        except Exception as exc:  # damaged metadata: many exception types (cmc.io)
-            raise InputError(f"checkpoint {path} is damaged: unreadable HDF5 metadata "
-                             f"({type(exc).__name__}: {exc})") from None
-    a = ck["nbody"]
-    n = a["mass"].size
-    nstar = a["star_mass"].size if "star_mass" in a else n
-    shapes_ok = all(a[k].shape == (n, 3) for k in STATE_ARRAYS[1:7]) \
-        and a["t"].shape == a["dt"].shape == (n,) \
-        and ck["run"]["escaped"].shape == (nstar,) and ck["run"]["centre"].shape == (3,)
-    if "pair_i" in a:
-        npair = a["pair_i"].size
-        shapes_ok = shapes_ok and a["ids"].shape == (n,) and n + npair == nstar \
-            and a["pair_j"].shape == a["pair_t0"].shape == (npair,) \
-            and a["pair_r"].size == a["pair_w"].size == 3 * npair
-    finite = all(np.all(np.isfinite(v)) for v in ck["nbody"].values()) \
-        and all(math.isfinite(v) for v in ck["nbody_attrs"].values())
-    if not (shapes_ok and finite and n >= 2):
-        raise InputError(f"checkpoint {path} is damaged: inconsistent or non-finite state")
-    return ck
 
 
 def use_forces(run: NBodyRun, backend: str | None) -> str:
@@ -734,15 +620,24 @@ def _check_pair_options(pair_gamma: float | None, pair_dt: float | None,
                          f"--dt-out ({dt_out:g})")
 
 
+def _check_eta_close(eta_close: float, eta: float) -> None:
+    """``--eta-close``: in [0, eta] (0: ``eta`` in close encounters too)."""
+    if not 0.0 <= eta_close <= eta:
+        raise InputError(f"--eta-close {eta_close!r}: must lie between 0 (off: eta) and "
+                         f"--eta ({eta:g})")
+
+
 def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None,
            eta: float | None = None, dt_out: float | None = None,
            pair_gamma: float | None = None, pair_dt: float | None = None,
-           comm=None) -> NBodyRun:
+           eta_close: float | None = None, comm=None) -> NBodyRun:
     """The run of ``OUTDIR/checkpoint.h5`` ready to continue (``cmc nbody --restart``): to
     its own ``t_end``, or to ``t_end`` when given (later than the checkpoint).  ``order``,
     ``eta``, ``dt_out``, ``pair_dt`` define the run: given, they must be the checkpoint's.
-    ``pair_gamma``, a numerical setting of the close pairs, may change: the run goes on with
-    the new value from the checkpoint on (logged, and the attribute of the files)."""
+    ``pair_gamma`` and ``eta_close``, numerical settings of close encounters, may change: the
+    run goes on with the new value from the checkpoint on (logged, and the attribute of the
+    files); a checkpoint from before ``eta_close`` continues with 0 (``eta`` throughout, as
+    it ran)."""
     from cmc.config import load_config
 
     ck = read_checkpoint(outdir / CHECKPOINT)
@@ -751,6 +646,7 @@ def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None
 
     nb.setdefault("pair_gamma", PAIR_GAMMA)  # (a checkpoint from before close pairs)
     nb.setdefault("pair_dt", default_pair_dt(nb["dt_max"]))
+    nb.setdefault("eta_close", 0.0)
     for opt, given, have in (("--order", order, nb["order"]), ("--eta", eta, nb["eta"]),
                              ("--dt-out", dt_out, run["dt_out"]),
                              ("--pair-dt", pair_dt, nb["pair_dt"])):
@@ -761,13 +657,18 @@ def resume(outdir: Path, *, t_end: float | None = None, order: int | None = None
     self = NBodyRun(cfg, None, t_end=float(run["t_end"]), dt_out=float(run["dt_out"]),
                     eta=float(nb["eta"]), eps=math.sqrt(nb["eps2"]), order=int(nb["order"]),
                     pair_gamma=float(nb["pair_gamma"]), pair_dt=float(nb["pair_dt"]),
-                    comm=comm)
+                    eta_close=float(nb["eta_close"]), comm=comm)
     self.restore(ck)
     if pair_gamma is not None and pair_gamma != self.nb.pair_gamma:
         _check_pair_options(pair_gamma, None, self.dt_out)
         log.warning("--pair-gamma %g: the close pairs' threshold changes from %g at t = %.6g "
                     "t_NB", pair_gamma, self.nb.pair_gamma, self.nb.time)
         self.nb.pair_gamma = float(pair_gamma)
+    if eta_close is not None and eta_close != self.nb.eta_close:
+        _check_eta_close(eta_close, self.nb.eta)
+        log.warning("--eta-close %g: the close encounters' accuracy parameter changes from %g "
+                    "at t = %.6g t_NB", eta_close, self.nb.eta_close, self.nb.time)
+        self.nb.eta_close = float(eta_close)
     if t_end is not None:
         if not (math.isfinite(t_end) and t_end > self.nb.time):
             raise InputError(f"--t-end {t_end:g}: the checkpoint in {outdir} is at t = "

@@ -39,15 +39,20 @@ Method
 * Close pairs (:mod:`physics.nbody_pairs`, ``pair_gamma > 0``; off by default here, on in
   ``cmc nbody``): a bound pair whose steps fall to ``pair_dt`` (default ``dt_max / 2^12``) and
   whose tidal perturbation is below ``pair_gamma`` is integrated as its centre of mass, its
-  relative orbit carried analytically (Kepler) until the perturbation exceeds twice
-  ``pair_gamma``.  The arrays then hold only the integrated bodies (``ids``: their original
-  indices); :func:`predicted`, :func:`energy`, :func:`momentum`, :func:`angular_momentum`
-  give every star, the pairs resolved in a copy.
+  relative orbit carried as a Kepler orbit under its perturbers' tide
+  (:mod:`physics.nbody_perturbed`) until the perturbation exceeds twice ``pair_gamma``.  The
+  arrays then hold only the integrated bodies (``ids``: their original indices);
+  :func:`predicted`, :func:`energy`, :func:`momentum`, :func:`angular_momentum` give every
+  star, the pairs resolved in a copy.
+* Strong encounters (a pair perturbed above that, a triple): Hermite steps, with the
+  accuracy parameter ``eta_close`` (``cmc nbody``: :data:`ETA_CLOSE`, half the 6th order's
+  step) wherever the criterion asks for a step below ``pair_dt``: the error of a resonant
+  encounter falls ~100-fold for ~2x the steps of its few bodies (tests/test_nbody_fewbody.py).
+  Not regularised (KS or chain): a step below ``dt_min`` stops the integration.
 
-Still needed for issue 50: perturbed pairs and multiples regularised or handed to the
-few-body engine (:mod:`physics.fewbody`; a perturbed pair still takes small Hermite steps and
-stops the integration below ``dt_min``), MPI over i-particles and the GPU (CuPy) force kernel
-(``cmc nbody``, its checkpoints and ``cmc compare`` are in :mod:`cmc.nbody`, :mod:`cmc.compare`).
+(``cmc nbody``, its checkpoints and ``cmc compare`` are in :mod:`cmc.nbody`,
+:mod:`cmc.compare`; MPI over i-particles in :mod:`parallel.nbody_forces`, the GPU kernel in
+:mod:`physics.nbody_gpu`.)
 """
 
 from __future__ import annotations
@@ -102,6 +107,10 @@ ETA4 = 0.02
 ETA6 = 0.4
 #: Default ``eta`` by order.
 ETA_DEFAULT = {4: ETA4, 6: ETA6}
+#: ``cmc nbody``'s default accuracy parameter of the steps below ``pair_dt`` (the few bodies
+#: of a strong encounter), by order: half the 6th order's step (error / 64) and half the 4th
+#: order's (``eta`` under the root: / 4); see docs/validation_nbody.md, "Strong encounters".
+ETA_CLOSE = {4: ETA4 / 4.0, 6: ETA6 / 2.0}
 #: (no snap rows: the 4th order's force)
 _NO_SNAP = np.zeros((0, 3))
 
@@ -194,6 +203,8 @@ class NBodyState:
     eps2: float = 0.0
     eta: float = 0.02
     eta_s: float = 0.01
+    #: accuracy parameter of the steps below ``pair_dt`` (close encounters); 0: ``eta``
+    eta_close: float = 0.0
     dt_max: float = 0.125
     dt_min: float = 2.0 ** -40
     order: int = 4
@@ -248,7 +259,7 @@ class NBodyState:
     @classmethod
     def create(cls, mass, pos, vel, *, eps=0.0, eta=None, eta_s=0.01, dt_max=0.125,
                dt_min=2.0 ** -40, time=0.0, order=4, pair_dt=None,
-               pair_gamma=0.0, omega=0.0) -> NBodyState:
+               pair_gamma=0.0, omega=0.0, eta_close=0.0) -> NBodyState:
         """Initial state: forces of all particles at ``time``, first steps ``eta_s |a|/|j|``.
 
         Parameters
@@ -285,6 +296,11 @@ class NBodyState:
         omega : float
             Orbital frequency of a galactic tide (:mod:`physics.nbody_tidal`; the frame
             rotates with the orbit); 0: isolated.
+        eta_close : float
+            Accuracy parameter (as ``eta``) of the steps the criterion sets below
+            ``pair_dt``: the bodies of a strong encounter or a close pair not carried as one.
+            0 (the default here: the integrator as it was, bit for bit) means ``eta``; ``cmc
+            nbody`` uses :data:`ETA_CLOSE`.
         """
         mass = np.array(mass, dtype=np.float64).reshape(-1)
         n = mass.size
@@ -299,6 +315,8 @@ class NBodyState:
         eta = ETA_DEFAULT[order] if eta is None else eta
         if not (eps >= 0.0 and eta > 0.0 and eta_s > 0.0):
             raise ValueError("need eps >= 0, eta > 0, eta_s > 0")
+        if not (0.0 <= eta_close <= eta):
+            raise ValueError(f"eta_close must lie in [0, eta], got {eta_close!r}")
         dt_max = _check_power_of_two("dt_max", dt_max)
         dt_min = _check_power_of_two("dt_min", dt_min)
         if dt_min > dt_max:
@@ -339,7 +357,8 @@ class NBodyState:
                     crackle=np.zeros((n, 3)), t=np.full(n, float(time)), dt=dt,
                     time=float(time), eps2=float(eps) ** 2, eta=float(eta),
                     eta_s=float(eta_s), dt_max=dt_max, dt_min=dt_min, order=int(order),
-                    pair_dt=pair_dt, pair_gamma=float(pair_gamma), omega=float(omega))
+                    pair_dt=pair_dt, pair_gamma=float(pair_gamma), omega=float(omega),
+                    eta_close=float(eta_close))
         init_pairs(state)
         state.n_pairs = n * (n - 1) * (2 if order == 6 else 1)
         state._ppos = np.empty((n, 3))
@@ -367,7 +386,8 @@ def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
                            state.omega)
         bad = correct_block6(active, tnow, anew, jnew, snew, state.pos, state.vel, state.acc,
                              state.jerk, state.snap, state.crackle, state.t, state.dt,
-                             state.eta, state.dt_max, state.dt_min)
+                             state.eta, state.dt_max, state.dt_min, state.eta_close,
+                             state.pair_dt)
     else:
         predict_all(state.pos, state.vel, state.acc, state.jerk, state.t, tnow, state._ppos,
                     state._pvel)
@@ -379,7 +399,8 @@ def _block_step(state: NBodyState, tnow: float, active: np.ndarray) -> None:
                            state.omega)
         bad = correct_block(active, tnow, state._ppos, state._pvel, anew, jnew, state.pos,
                             state.vel, state.acc, state.jerk, state.snap, state.crackle,
-                            state.t, state.dt, state.eta, state.dt_max, state.dt_min)
+                            state.t, state.dt, state.eta, state.dt_max, state.dt_min,
+                            state.eta_close, state.pair_dt)
     state.time = tnow
     state.n_blocks += 1
     state.n_steps += active.size

@@ -367,7 +367,7 @@ def _next_step(h, want, tnow, dt_max, dt_min):
 
 @njit(cache=True)
 def correct_block(active, tnow, ppos, pvel, anew, jnew, pos, vel, acc, jerk, snap, crackle,
-                  t, dt, eta, dt_max, dt_min):
+                  t, dt, eta, dt_max, dt_min, eta_close=0.0, dt_close=0.0):
     """4th-order Hermite corrector of the block and its next time steps (in place).
 
     With ``h = tnow - t_i`` and the old and new acceleration and jerk, the snap and crackle at
@@ -380,6 +380,9 @@ def correct_block(active, tnow, ppos, pvel, anew, jnew, pos, vel, acc, jerk, sna
     a2_0 + h^4/24 a3``.  The next step is Aarseth's ``sqrt(eta (|a||a2| + |j|^2) / (|j||a3| +
     |a2|^2))`` at ``tnow`` (``a2_1 = a2_0 + h a3``), quantised: halved until not above it, or
     doubled once when twice the step is allowed, not above ``dt_max`` and divides ``tnow``.
+    Where that step is below ``dt_close`` (a close encounter) and ``eta_close > 0``,
+    ``eta_close`` replaces ``eta`` (a tighter criterion for the few bodies in a strong
+    encounter: :data:`physics.nbody.ETA_CLOSE`).
 
     Returns the number of particles whose step fell below ``dt_min`` (0 when all is well).
     """
@@ -425,6 +428,8 @@ def correct_block(active, tnow, ppos, pvel, anew, jnew, pos, vel, acc, jerk, sna
         den = jmod * cmod + smod * smod
         if den > 0.0:
             want = math.sqrt(eta * (amod * smod + jmod * jmod) / den)
+            if eta_close > 0.0 and want < dt_close:
+                want = math.sqrt(eta_close * (amod * smod + jmod * jmod) / den)
         else:
             want = dt_max
         h = _next_step(h, want, tnow, dt_max, dt_min)
@@ -460,7 +465,7 @@ def predict_all6(pos, vel, acc, jerk, snap, crackle, t, tnow, ppos, pvel, pacc):
 
 @njit(cache=True)
 def correct_block6(active, tnow, anew, jnew, snew, pos, vel, acc, jerk, snap, crackle, t, dt,
-                   eta, dt_max, dt_min):
+                   eta, dt_max, dt_min, eta_close=0.0, dt_close=0.0):
     """6th-order Hermite corrector of the block and its next time steps (in place).
 
     With ``T = tnow - t_i`` and the acceleration, jerk and snap at the start (``a0, j0, s0``,
@@ -480,8 +485,10 @@ def correct_block6(active, tnow, anew, jnew, snew, pos, vel, acc, jerk, snap, cr
 
         dt = eta ((|a||s| + |j|^2) / (|a^(3)||a^(5)| + |a^(4)|^2))^(1/6)
 
-    at ``tnow``, quantised as in :func:`correct_block`.  Returns the number of particles whose
-    step fell below ``dt_min``.
+    at ``tnow``, quantised as in :func:`correct_block`; where that step is below ``dt_close``
+    (a close encounter) ``eta_close`` replaces ``eta`` when it is > 0 (as in
+    :func:`correct_block`).  Returns the number of particles whose step fell below
+    ``dt_min``.
     """
     nb = active.shape[0]
     bad = 0
@@ -531,6 +538,8 @@ def correct_block6(active, tnow, anew, jnew, snew, pos, vel, acc, jerk, snap, cr
         den = math.sqrt(cc * dd) + pp
         if den > 0.0:
             want = eta * (num / den) ** (1.0 / 6.0)
+            if eta_close > 0.0 and want < dt_close:
+                want = eta_close * (num / den) ** (1.0 / 6.0)
         else:
             want = dt_max
         step = _next_step(big_t, want, tnow, dt_max, dt_min)

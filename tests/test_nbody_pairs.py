@@ -355,6 +355,7 @@ def test_checkpoint_without_pair_data_restarts(tmp_path):
     da, _ = read_diagnostics(tmp_path / "whole" / "diagnostics.h5")
     db, ab = read_diagnostics(out / "diagnostics.h5")
     assert ab["pair_gamma"] == 1e-4  # (the default now)
+    assert ab["eta_close"] == 0.0  # (eta throughout, as the old run had it)
     for name in da:
         if name == "wall_s":
             continue
@@ -368,7 +369,8 @@ def test_checkpoint_without_pair_data_restarts(tmp_path):
 
 @pytest.mark.parametrize("opt, value", [("--pair-gamma", "-1"), ("--pair-gamma", "nan"),
                                         ("--pair-dt", "0.1"), ("--pair-dt", "0.25"),
-                                        ("--pair-dt", "0")])
+                                        ("--pair-dt", "0"), ("--eta-close", "-0.1"),
+                                        ("--eta-close", "0.5"), ("--eta-close", "nan")])
 def test_bad_pair_options_exit_2(tmp_path, capsys, opt, value):
     from cmc.cli import main
     from cmc.config import load_config
@@ -382,14 +384,15 @@ def test_bad_pair_options_exit_2(tmp_path, capsys, opt, value):
                  value]) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
     assert len(err) == 1 and opt in err[0], err
-    key = "pair_gamma" if opt == "--pair-gamma" else "pair_dt"
+    key = opt[2:].replace("-", "_")
     with pytest.raises(InputError, match=opt):
         NBodyRun(load_config(str(ini)), None, t_end=0.25, **{key: float(value)})
 
 
 def test_restart_refuses_other_pair_dt_and_takes_a_new_pair_gamma(tmp_path, capsys):
-    """``--pair-dt`` defines the run; ``--pair-gamma`` (a numerical threshold) may change on
-    restart: the run goes on with it, and the files' attribute says so."""
+    """``--pair-dt`` defines the run; ``--pair-gamma`` and ``--eta-close`` (numerical
+    settings) may change on restart: the run goes on with them, and the files' attributes
+    say so."""
     import h5py
 
     from cmc.cli import main
@@ -405,7 +408,10 @@ def test_restart_refuses_other_pair_dt_and_takes_a_new_pair_gamma(tmp_path, caps
     assert "--pair-dt" in capsys.readouterr().err
     assert main(["nbody", "--restart", str(out), "--t-end", "0.5", "--pair-gamma",
                  "-1"]) == 2
+    assert main(["nbody", "--restart", str(out), "--t-end", "0.5", "--eta-close",
+                 "0.03"]) == 2  # (above eta, 0.02 at order 4)
     assert main(["nbody", "--restart", str(out), "--t-end", "0.5", "--pair-gamma",
-                 "1e-4"]) == 0
+                 "1e-4", "--eta-close", "0.001"]) == 0
     with h5py.File(out / "checkpoint.h5", "r") as f:
         assert f["nbody"].attrs["pair_gamma"] == 1e-4
+        assert f["nbody"].attrs["eta_close"] == 0.001
