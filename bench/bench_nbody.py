@@ -51,6 +51,9 @@ BLOCK_FRACTION = 1.0 / 16.0
 #: the collapse estimate: N, and the time in t_rh0 (a Plummer model collapses near 16 t_rh0)
 COLLAPSE_N = 2000
 COLLAPSE_TRH = 16.0
+#: an N-body run of the collapse model (``cmc nbody examples/nbody_compare.ini --set
+#: initial.n=2000 --order 6``, two threads) whose measured time to collapse is reported
+COLLAPSE_RUN = ROOT / "runs" / "nb2000" / "nb_s1"
 DOC = ROOT / "docs" / "performance.md"
 BEGIN = "<!-- bench-nbody:begin -->"
 END = "<!-- bench-nbody:end -->"
@@ -233,6 +236,26 @@ def collapse_estimate(integ: list[dict], n: int = COLLAPSE_N, t_trh: float = COL
     return out
 
 
+def collapse_measured(run_dir: Path = COLLAPSE_RUN) -> dict | None:
+    """The MEASURED time to collapse of an N-body run (None when the folder has no run or it
+    has not collapsed yet): collapse as :func:`bench.nbody_postcollapse.summarise` takes it
+    (the first hard binary, or N_core <= 10), and the run's integration wall time there
+    (column ``wall_s``, summed over its restarts; the waits between them not counted)."""
+    from bench.nbody_postcollapse import summarise
+    from cmc.io import read_diagnostics
+
+    if not (run_dir / "diagnostics.h5").exists():
+        return None
+    summary = summarise(str(run_dir))
+    if summary["t_cc"] is None or summary["kind"] != "N-body":
+        return None
+    d, attrs = read_diagnostics(run_dir / "diagnostics.h5")
+    row = int(np.flatnonzero(np.asarray(d["time_trh"]) == summary["t_cc"])[0])
+    return {"run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
+            "N": int(np.asarray(d["N"])[0]), "t_cc_trh": summary["t_cc"], "by": summary["by"],
+            "order": int(attrs.get("order", 0)), "wall_seconds": float(d["wall_s"][row])}
+
+
 def _hours(s: float) -> str:
     return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min"
 
@@ -291,6 +314,12 @@ def tables(rec: dict) -> str:
     lines.append(f"(cmc.nbody.estimated_seconds, its fixed constants, one core: "
                  f"{_hours(c['cmc_estimated_seconds_one_core'])}.)  To measure it: "
                  f"`{c['command']}`")
+    m = rec.get("collapse_measured")
+    if m:
+        lines += ["", f"Time to collapse MEASURED: `{m['run']}` (N = {m['N']}, order "
+                  f"{m['order']}, two threads of this kind of machine, shared with other jobs "
+                  f"while it ran) collapsed ({m['by']}) at {m['t_cc_trh']:.2f} t_rh0 after "
+                  f"{_hours(m['wall_seconds'])} of integration."]
     return "\n".join(lines)
 
 
@@ -326,7 +355,8 @@ def main(argv: list[str] | None = None) -> dict:
                    f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores)",
            "kernels": kernels, "integrator": integ,
            "gpu": measure_gpu_kernels(NS_QUICK if args.quick else NS_FULL, args.repeats),
-           "collapse_estimate": collapse_estimate(integ)}
+           "collapse_estimate": collapse_estimate(integ),
+           "collapse_measured": collapse_measured()}
     print(f"\nDirect N-body on {rec['machine']}, {rec['made']}, {rec['commit']}: {rec['note']}\n")
     print(tables(rec))
     out = ROOT / ("runs/bench_nbody.json" if args.quick else "docs/performance_nbody.json")

@@ -629,11 +629,31 @@ def test_bench_nbody_quick_parts(tmp_path):
         assert e["quiet_seconds"] == pytest.approx(
             e["seconds"] * r["ns_per_pair_cpu"] / r["ns_per_pair_wall"] / 2)
     assert "--order 6" in est["command"] and "run.t_max=16" in est["command"]
+    # the MEASURED time to collapse of an N-body run: its integration wall time at its first
+    # hard binary (here output 2 of a made-up run: E_b below -10 kT = -10 / (6 N))
+    import h5py
+    import numpy as np
+
+    run = tmp_path / "nb"
+    run.mkdir()
+    assert bn.collapse_measured(run) is None
+    with h5py.File(run / "diagnostics.h5", "w") as fh:
+        fh.attrs["mode"], fh.attrs["order"] = "nbody", 6
+        cols = {"step": [0, 1, 2, 3], "time_trh": [0.0, 7.0, 14.0, 15.0], "N": [2000] * 4,
+                "N_core": [200.0] * 4,
+                "r_c": [0.3] * 4, "r_h": [0.8] * 4, "E_binding": [0.0, -1e-4, -1e-3, -1e-3],
+                "wall_s": [0.0, 100.0, 900.0, 1000.0], "r_c_3d": [0.2] * 4,
+                "dE_rel": [0.0] * 4}
+        for name, col in cols.items():
+            fh.create_dataset(name, data=np.asarray(col))
+    got = bn.collapse_measured(run)
+    assert got["t_cc_trh"] == 14.0 and got["wall_seconds"] == 900.0 and got["N"] == 2000
     rec = {"made": "now", "commit": "abc", "machine": "m (2 cores)", "note": "shared",
            "kernels": kernels, "integrator": integ, "gpu": "no kernel yet",
-           "collapse_estimate": est}
+           "collapse_estimate": est, "collapse_measured": got}
     text = bn.tables(rec)
     assert "GPU: no kernel yet" in text and "ESTIMATE" in text
+    assert "MEASURED" in text and "14.00 t_rh0 after 15.0 min" in text
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\n\n## Other\n\nkept\n")
     bn.write_doc(rec, doc)
