@@ -101,11 +101,14 @@ validate-nbody: install
 	for s in 1 2 3 4; do [ -f runs/nb1000/mc_s$$s/diagnostics.h5 ] || $(BIN)/cmc run \
 	  examples/nbody_compare.ini -o runs/nb1000/mc_s$$s --set initial.seed=$$s \
 	  --set run.t_max=40 --set run.n_core_stop=-1 --set binaries.three_body=all; done
-	if [ -f runs/nb1000/nb_s1/checkpoint.h5 ]; then $(BIN)/cmc nbody --restart runs/nb1000/nb_s1 \
-	  --t-end 592; else $(BIN)/cmc nbody examples/nbody_compare.ini -o runs/nb1000/nb_s1 \
-	  --order 6 --t-end 592; fi
+	# (exit 3: the N-body run stopped in an unregularised triple, docs/validation_nbody.md
+	# "Where the N-body run stops": what it reached is still compared, then make fails)
+	code=0; if [ -f runs/nb1000/nb_s1/checkpoint.h5 ]; then $(BIN)/cmc nbody --restart \
+	  runs/nb1000/nb_s1 --t-end 592 || code=$$?; else $(BIN)/cmc nbody examples/nbody_compare.ini \
+	  -o runs/nb1000/nb_s1 --order 6 --t-end 592 || code=$$?; fi; \
+	[ $$code -eq 0 ] || [ $$code -eq 3 ] || exit $$code; \
 	$(BIN)/cmc compare runs/nb1000/mc_s1 runs/nb1000/mc_s2 runs/nb1000/mc_s3 runs/nb1000/mc_s4 \
-	  runs/nb1000/nb_s1 -o docs/validation_nbody_N1000
+	  runs/nb1000/nb_s1 -o docs/validation_nbody_N1000 && exit $$code
 
 # Issue 48's cluster of evolving stars (examples/king_se.ini) to 2 Gyr: about 10 hours on one
 # core; run (or continued from its checkpoint) in runs/ (BSE writes fort.99 there), then the
