@@ -21,7 +21,8 @@ def cmd_nbody(args) -> int:
     (:mod:`cmc.nbody`); numba threads, and under ``mpiexec`` every rank a share of each
     block's forces (:mod:`parallel.nbody_forces`: the same bits).  ``cmc nbody --restart
     OUTDIR``: continue it from OUTDIR/checkpoint.h5."""
-    from cmc.nbody import CHECKPOINT, DT_OUT, NBodyRun, resume, use_forces
+    from cmc.nbody import DT_OUT, NBodyRun, resume, use_forces
+    from cmc.nbody_checkpoint import CHECKPOINT
     from cmc.rundir import RunLock
 
     comm = _world()

@@ -48,10 +48,11 @@ What the columns are here
 Checkpoints and restarts
 ------------------------
 ``OUTDIR/checkpoint.h5`` (:meth:`NBodyRun.write_checkpoint`) holds the whole integrator state
-(with the close pairs: :data:`PAIR_ARRAYS`, :data:`PAIR_SCALARS`; a checkpoint written before
-them restarts with none) and the run's own (escapers, centre, ``e0``, output count, ``t_end``,
-``dt_out``), the config text and a sha256 content checksum (:func:`cmc.io.content_digest`),
-written to a temporary file and renamed (:func:`cmc.io.atomic_h5`). It is written at t = 0,
+(:mod:`cmc.nbody_checkpoint`; with the close pairs' arrays and scalars: a checkpoint
+written before them restarts with none) and the run's own (escapers, centre, ``e0``, output
+count, ``t_end``, ``dt_out``), the config text and a sha256 content checksum
+(:func:`cmc.io.content_digest`), written to a temporary file and renamed
+(:func:`cmc.io.atomic_h5`). It is written at t = 0,
 every ``output.checkpoint_every`` outputs or after ``output.checkpoint_minutes`` of wall time
 (checked at outputs), at the end and on a clean stop (SIGTERM/SIGINT or ``run.max_wall_hours``:
 exit 75), never after a physics failure (the last good one stays). ``cmc nbody --restart OUTDIR
@@ -95,17 +96,7 @@ import numpy as np
 
 from cmc.config import Config
 from cmc.errors import InputError
-from cmc.nbody_checkpoint import (  # noqa: F401  (the checkpoint format, named here too)
-    CHECKPOINT,
-    PAIR_ARRAYS,
-    PAIR_SCALARS,
-    RUN_SCALARS,
-    STATE_ARRAYS,
-    STATE_SCALARS,
-    read_checkpoint,
-    restore,
-    write_checkpoint,
-)
+from cmc.nbody_checkpoint import CHECKPOINT, read_checkpoint, restore, write_checkpoint
 from cmc.nbody_outputs import density_centre
 
 log = logging.getLogger("cmc.nbody")

@@ -427,9 +427,10 @@ def correct_block(active, tnow, ppos, pvel, anew, jnew, pos, vel, acc, jerk, sna
         cmod = math.sqrt(cc)
         den = jmod * cmod + smod * smod
         if den > 0.0:
-            want = math.sqrt(eta * (amod * smod + jmod * jmod) / den)
+            num = amod * smod + jmod * jmod  # (eta * num / den: the bits of before)
+            want = math.sqrt(eta * num / den)
             if eta_close > 0.0 and want < dt_close:
-                want = math.sqrt(eta_close * (amod * smod + jmod * jmod) / den)
+                want = math.sqrt(eta_close * num / den)
         else:
             want = dt_max
         h = _next_step(h, want, tnow, dt_max, dt_min)
@@ -537,9 +538,10 @@ def correct_block6(active, tnow, anew, jnew, snew, pos, vel, acc, jerk, snap, cr
         num = math.sqrt(aa * ss) + jj
         den = math.sqrt(cc * dd) + pp
         if den > 0.0:
-            want = eta * (num / den) ** (1.0 / 6.0)
+            scale = (num / den) ** (1.0 / 6.0)
+            want = eta * scale
             if eta_close > 0.0 and want < dt_close:
-                want = eta_close * (num / den) ** (1.0 / 6.0)
+                want = eta_close * scale
         else:
             want = dt_max
         step = _next_step(big_t, want, tnow, dt_max, dt_min)

@@ -297,7 +297,7 @@ def _planted_run(tmp, name, t_end, order):
 def test_restart_with_a_pair_is_the_uninterrupted_run(tmp_path, order):
     from cmc.cli import main
     from cmc.io import read_diagnostics
-    from cmc.nbody import PAIR_ARRAYS, STATE_ARRAYS
+    from cmc.nbody_checkpoint import PAIR_ARRAYS, STATE_ARRAYS
 
     whole, wdir = _planted_run(tmp_path, "whole", 1.0, order)
     assert whole.run() == "max_time"
@@ -330,7 +330,7 @@ def test_checkpoint_without_pair_data_restarts(tmp_path):
     from cmc import io as cio
     from cmc.cli import main
     from cmc.io import read_diagnostics
-    from cmc.nbody import PAIR_ARRAYS, PAIR_SCALARS
+    from cmc.nbody_checkpoint import PAIR_ARRAYS, PAIR_SCALARS
 
     ini = tmp_path / "p.ini"
     ini.write_text(INI)

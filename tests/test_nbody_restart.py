@@ -11,7 +11,7 @@ import pytest
 
 from cmc.cli import main
 from cmc.io import read_diagnostics
-from cmc.nbody import STATE_ARRAYS
+from cmc.nbody_checkpoint import STATE_ARRAYS
 
 INI = "[initial]\nmodel = plummer\nn = 64\nseed = 5\nmass_function = kroupa\n"
 #: columns that depend on the wall clock
