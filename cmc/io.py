@@ -615,6 +615,15 @@ def write_checkpoint(path: str | os.PathLike, stars: dict[str, np.ndarray], stat
         stale.unlink()
 
 
+def open_checkpoint(path: str | os.PathLike) -> h5py.File:
+    """``path`` opened for reading; a file HDF5 cannot open: a one-line :class:`InputError`
+    naming it (its content is checked by the caller: :func:`verify_checksum`)."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
+
+
 def verify_checkpoint(path: str | os.PathLike) -> None:
     """Raise :class:`InputError` unless ``path`` is a complete, undamaged checkpoint.
 
@@ -624,10 +633,7 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
     """
     from parallel.taus113 import _MIN_WORD
 
-    try:
-        fh = h5py.File(path, "r")
-    except OSError as exc:
-        raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
+    fh = open_checkpoint(path)
     with fh:
         try:
             verify_checksum(fh, path)

@@ -118,17 +118,11 @@ def read_checkpoint(path: Path) -> dict:
     """Verify and read an N-body checkpoint: a file that cannot be opened, of another
     format or mode, whose checksum does not match its content, or with inconsistent arrays
     raises a one-line :class:`InputError` naming it (exit 2, as ``cmc restart``)."""
-    import h5py
-
     from cmc import io as cio
 
     if not path.exists():
         raise InputError(f"no checkpoint {path}")
-    try:
-        fh = h5py.File(path, "r")
-    except OSError as exc:
-        raise InputError(f"checkpoint {path} cannot be opened ({exc})") from None
-    with fh:
+    with cio.open_checkpoint(path) as fh:
         try:
             mode = str(fh.attrs.get("mode", ""))
             if mode != "nbody":
